@@ -1,0 +1,313 @@
+"""The records of a tape as Python values, and their mapping to and from JSON objects.
+
+`to_record` builds the JSON object in the format's fixed key order; `from_record` checks a
+parsed object strictly and raises `RecordError` naming the field at fault.
+"""
+
+from __future__ import annotations
+
+import base64
+import binascii
+from dataclasses import dataclass, field
+from typing import Any
+
+FORMAT_NAME = "wiretape"
+FORMAT_VERSION = 1
+HASH_ALGORITHM = "blake3"
+SOURCES = ("live", "injected")
+ERROR_KINDS = ("refused", "dns", "tls", "timeout", "reset", "protocol", "other")
+
+Headers = list[tuple[str, str]]
+
+
+class RecordError(ValueError):
+    """A parsed record does not have the shape the format requires."""
+
+
+@dataclass(slots=True)
+class Header:
+    """The first record: what wrote the tape and under which redaction policy."""
+
+    created: str
+    wiretape: str
+    redaction: dict[str, Any]
+    meta: dict[str, Any] = field(default_factory=dict)
+    version: int = FORMAT_VERSION
+    hash_algorithm: str = HASH_ALGORITHM
+
+
+@dataclass(slots=True)
+class Chunk:
+    """One block of a streamed body, as it arrived, `at_us` after the request arrived."""
+
+    at_us: int
+    data: bytes
+
+
+@dataclass(slots=True)
+class Request:
+    method: str
+    url: str
+    http_version: str
+    headers: Headers
+    body: bytes
+
+
+@dataclass(slots=True)
+class Response:
+    """A response: `body` when it was read whole, `chunks` when it was streamed."""
+
+    status: int
+    reason: str
+    http_version: str
+    headers: Headers
+    body: bytes | None = None
+    chunks: list[Chunk] | None = None
+    trailers: Headers | None = None
+
+    @property
+    def streamed(self) -> bool:
+        return self.chunks is not None
+
+    @property
+    def content(self) -> bytes:
+        if self.chunks is not None:
+            return b"".join(chunk.data for chunk in self.chunks)
+        return self.body or b""
+
+
+@dataclass(slots=True)
+class UpstreamError:
+    """Why the upstream did not deliver a whole response; `after_chunks` blocks did arrive."""
+
+    kind: str
+    message: str
+    after_chunks: int = 0
+
+
+@dataclass(slots=True)
+class Timings:
+    """Microseconds from the request's arrival to the response head and to the end."""
+
+    headers_us: int | None = None
+    done_us: int | None = None
+
+
+@dataclass(slots=True)
+class Exchange:
+    """One request and what came back: a response, an upstream error, or both (a cut stream)."""
+
+    seq: int
+    offset_us: int
+    request: Request
+    response: Response | None
+    error: UpstreamError | None = None
+    timings: Timings = field(default_factory=Timings)
+    source: str = "live"
+
+
+@dataclass(slots=True)
+class Seal:
+    """The end record. `recovered` is set when `verify --repair` sealed a cut tape."""
+
+    exchanges: int
+    final_hash: str
+    ended: str
+    recovered: dict[str, Any] | None = None
+
+
+# -- to JSON objects ------------------------------------------------------------------------
+
+
+def payload(data: bytes) -> dict[str, str]:
+    """Bytes as `{"text": ...}` when they are UTF-8, else `{"base64": ...}`."""
+    try:
+        return {"text": data.decode("utf-8")}
+    except UnicodeDecodeError:
+        return {"base64": base64.b64encode(data).decode("ascii")}
+
+
+def header_record(header: Header) -> dict[str, Any]:
+    return {
+        "type": "header",
+        "format": FORMAT_NAME,
+        "version": header.version,
+        "created": header.created,
+        "wiretape": header.wiretape,
+        "hash_algorithm": header.hash_algorithm,
+        "redaction": header.redaction,
+        "meta": header.meta,
+    }
+
+
+def exchange_record(exchange: Exchange) -> dict[str, Any]:
+    request, response, error = exchange.request, exchange.response, exchange.error
+    return {
+        "type": "exchange",
+        "seq": exchange.seq,
+        "offset_us": exchange.offset_us,
+        "source": exchange.source,
+        "request": {
+            "method": request.method,
+            "url": request.url,
+            "http_version": request.http_version,
+            "headers": request.headers,
+            "body": payload(request.body),
+        },
+        "response": None
+        if response is None
+        else {
+            "status": response.status,
+            "reason": response.reason,
+            "http_version": response.http_version,
+            "headers": response.headers,
+            "body": None if response.body is None else payload(response.body),
+            "chunks": None
+            if response.chunks is None
+            else [{"at_us": c.at_us, **payload(c.data)} for c in response.chunks],
+            "trailers": response.trailers,
+        },
+        "error": None
+        if error is None
+        else {"kind": error.kind, "message": error.message, "after_chunks": error.after_chunks},
+        "timings": {"headers_us": exchange.timings.headers_us, "done_us": exchange.timings.done_us},
+    }
+
+
+def seal_record(seal: Seal) -> dict[str, Any]:
+    return {
+        "type": "end",
+        "exchanges": seal.exchanges,
+        "final_hash": seal.final_hash,
+        "ended": seal.ended,
+        "recovered": seal.recovered,
+    }
+
+
+# -- from JSON objects ----------------------------------------------------------------------
+
+
+def header_from_record(record: dict[str, Any]) -> Header:
+    return Header(
+        version=_get(record, "version", int),
+        created=_get(record, "created", str),
+        wiretape=_get(record, "wiretape", str),
+        hash_algorithm=_get(record, "hash_algorithm", str),
+        redaction=_get(record, "redaction", dict),
+        meta=_get(record, "meta", dict),
+    )
+
+
+def exchange_from_record(record: dict[str, Any]) -> Exchange:
+    req = _get(record, "request", dict)
+    resp = _get(record, "response", dict, nullable=True)
+    err = _get(record, "error", dict, nullable=True)
+    timings = _get(record, "timings", dict)
+    source = _get(record, "source", str)
+    if source not in SOURCES:
+        raise RecordError(f"source: unknown value {source!r}")
+    return Exchange(
+        seq=_get(record, "seq", int),
+        offset_us=_get(record, "offset_us", int),
+        source=source,
+        request=Request(
+            method=_get(req, "method", str, "request."),
+            url=_get(req, "url", str, "request."),
+            http_version=_get(req, "http_version", str, "request."),
+            headers=_headers(req, "headers", "request."),
+            body=_payload(_get(req, "body", dict, "request."), "request.body"),
+        ),
+        response=None if resp is None else _response(resp),
+        error=None if err is None else _error(err),
+        timings=Timings(
+            headers_us=_get(timings, "headers_us", int, "timings.", nullable=True),
+            done_us=_get(timings, "done_us", int, "timings.", nullable=True),
+        ),
+    )
+
+
+def seal_from_record(record: dict[str, Any]) -> Seal:
+    return Seal(
+        exchanges=_get(record, "exchanges", int),
+        final_hash=_get(record, "final_hash", str),
+        ended=_get(record, "ended", str),
+        recovered=_get(record, "recovered", dict, nullable=True),
+    )
+
+
+def _response(resp: dict[str, Any]) -> Response:
+    body = _get(resp, "body", dict, "response.", nullable=True)
+    chunks = _get(resp, "chunks", list, "response.", nullable=True)
+    if (body is None) == (chunks is None):
+        raise RecordError("response: exactly one of body and chunks must be set")
+    return Response(
+        status=_get(resp, "status", int, "response."),
+        reason=_get(resp, "reason", str, "response."),
+        http_version=_get(resp, "http_version", str, "response."),
+        headers=_headers(resp, "headers", "response."),
+        body=None if body is None else _payload(body, "response.body"),
+        chunks=None if chunks is None else [_chunk(c, i) for i, c in enumerate(chunks)],
+        trailers=_headers(resp, "trailers", "response.", nullable=True),
+    )
+
+
+def _error(err: dict[str, Any]) -> UpstreamError:
+    kind = _get(err, "kind", str, "error.")
+    if kind not in ERROR_KINDS:
+        raise RecordError(f"error.kind: unknown value {kind!r}")
+    return UpstreamError(
+        kind=kind,
+        message=_get(err, "message", str, "error."),
+        after_chunks=_get(err, "after_chunks", int, "error."),
+    )
+
+
+def _chunk(chunk: object, index: int) -> Chunk:
+    where = f"response.chunks[{index}]"
+    if not isinstance(chunk, dict):
+        raise RecordError(f"{where}: expected an object")
+    return Chunk(at_us=_get(chunk, "at_us", int, where + "."), data=_payload(chunk, where))
+
+
+def _payload(obj: dict[str, Any], where: str) -> bytes:
+    text = obj.get("text")
+    if isinstance(text, str) and "base64" not in obj:
+        return text.encode("utf-8")
+    encoded = obj.get("base64")
+    if isinstance(encoded, str) and "text" not in obj:
+        try:
+            return base64.b64decode(encoded, validate=True)
+        except binascii.Error as exc:
+            raise RecordError(f"{where}.base64: not valid base64 ({exc})") from None
+    raise RecordError(f"{where}: expected exactly one of a string text or base64")
+
+
+def _headers(obj: dict[str, Any], key: str, prefix: str, nullable: bool = False) -> Headers | None:
+    value = _get(obj, key, list, prefix, nullable=nullable)
+    if value is None:
+        return None
+    for pair in value:
+        if not (
+            isinstance(pair, list)
+            and len(pair) == 2
+            and isinstance(pair[0], str)
+            and isinstance(pair[1], str)
+        ):
+            raise RecordError(f"{prefix}{key}: expected [name, value] string pairs")
+    return [(name, val) for name, val in value]
+
+
+def _get(obj: dict[str, Any], key: str, kind: type, prefix: str = "", nullable: bool = False):
+    try:
+        value = obj[key]
+    except KeyError:
+        raise RecordError(f"{prefix}{key}: missing") from None
+    if value is None and nullable:
+        return None
+    # bool is an int to Python but not to the format.
+    if not isinstance(value, kind) or (kind is int and isinstance(value, bool)):
+        raise RecordError(f"{prefix}{key}: expected {_KIND_NAMES[kind]}, found {value!r:.40}")
+    return value
+
+
+_KIND_NAMES = {int: "an integer", str: "a string", dict: "an object", list: "an array"}
