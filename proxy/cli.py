@@ -141,3 +141,181 @@ def _redaction_text(policy: dict) -> str:
         f"{key}: {len(value)}" if isinstance(value, list) else f"{key}: {value}"
         for key, value in policy.items()
     )
+
+
+def _parse_listen(value: str) -> tuple[str, int]:
+    host, sep, port = value.rpartition(":")
+    host = host.strip("[]")
+    if not sep or not host or not port.isdigit() or int(port) > 65535:
+        raise click.BadParameter(f"expected HOST:PORT such as 127.0.0.1:8080, got {value!r}")
+    return host, int(port)
+
+
+def _listen_option(default: str):
+    return click.option(
+        "--listen",
+        default=default,
+        show_default=True,
+        metavar="HOST:PORT",
+        help="Address to listen on; port 0 picks a free one.",
+    )
+
+
+@main.command(context_settings={"allow_interspersed_args": False})
+@click.argument("tape", type=click.Path(dir_okay=False))
+@click.argument("command", nargs=-1, type=click.UNPROCESSED)
+@_listen_option("127.0.0.1:0")
+@click.option(
+    "--reverse",
+    metavar="URL",
+    help="Base-URL mode: listen as plain HTTP and forward to this upstream, "
+    "e.g. https://api.openai.com (clients set OPENAI_BASE_URL instead of a proxy).",
+)
+@click.option(
+    "--upstream-ca",
+    type=click.Path(exists=True, dir_okay=False),
+    help="Also trust this CA (PEM) for upstream connections.",
+)
+@click.option(
+    "--upstream-insecure", is_flag=True, help="Do not verify upstream certificates (unsafe)."
+)
+@click.option(
+    "--redact",
+    "redact_patterns",
+    multiple=True,
+    metavar="REGEX",
+    help="Also redact what this regular expression matches (repeatable).",
+)
+@click.option("--overwrite", is_flag=True, help="Replace TAPE if it exists.")
+@click.option(
+    "--fsync",
+    type=click.Choice(["always", "batched", "never"]),
+    default="batched",
+    show_default=True,
+    help="How often the tape is forced to disk: bounds what a power loss can take.",
+)
+@click.option("--quiet", "-q", is_flag=True, help="No line per exchange on stderr.")
+def record(
+    tape: str,
+    command: tuple[str, ...],
+    listen: str,
+    reverse: str | None,
+    upstream_ca: str | None,
+    upstream_insecure: bool,
+    redact_patterns: tuple[str, ...],
+    overwrite: bool,
+    fsync: str,
+    quiet: bool,
+) -> None:
+    """Record HTTP(S) traffic to TAPE.
+
+    \b
+    With -- COMMAND ARGS...: run COMMAND through the proxy, then seal TAPE and
+    exit with COMMAND's exit code. Without: record until Ctrl-C or SIGTERM.
+
+    \b
+    Examples:
+      wiretape record tapes/run.tape -- python agent.py
+      wiretape record tapes/run.tape --reverse https://api.openai.com
+    """
+    from pathlib import Path
+
+    from .recording import RecordingConfig, parse_reverse
+    from .session import record_session
+
+    host, port = _parse_listen(listen)
+    if reverse is not None:
+        try:
+            reverse = parse_reverse(reverse)
+        except ValueError as exc:
+            fail(str(exc))
+    if command:
+        _check_command(command[0])
+    config = RecordingConfig(
+        tape=Path(tape),
+        home=_home(),
+        listen_host=host,
+        listen_port=port,
+        reverse=reverse,
+        upstream_ca=Path(upstream_ca) if upstream_ca else None,
+        upstream_insecure=upstream_insecure,
+        redact=list(redact_patterns),
+        overwrite=overwrite,
+        fsync=fsync,  # type: ignore[arg-type]
+    )
+    sys.exit(record_session(config, list(command), quiet=quiet))
+
+
+@main.command()
+def ca() -> None:
+    """Print the path of wiretape's CA certificate (created on first use).
+
+    Clients must trust it to be recorded over HTTPS; `record -- COMMAND` and
+    `wiretape env` set that up. Its directory is $WIRETAPE_HOME (default ~/.wiretape).
+    """
+    from .home import ca_cert_path
+
+    click.echo(ca_cert_path(_home()))
+
+
+@main.command()
+@_listen_option("127.0.0.1:8080")
+@click.option(
+    "--reverse",
+    metavar="URL",
+    help="Base-URL mode: the upstream a `--reverse` wiretape forwards to.",
+)
+@click.option(
+    "--format",
+    "fmt",
+    type=click.Choice(["sh", "fish", "dotenv", "json"]),
+    default="sh",
+    show_default=True,
+)
+def env(listen: str, reverse: str | None, fmt: str) -> None:
+    """Print the variables that route a shell's processes through a running wiretape.
+
+    \b
+    eval "$(wiretape env --listen 127.0.0.1:8080)"
+    """
+    from .client_shims.environment import client_environment
+
+    host, port = _parse_listen(listen)
+    variables = client_environment(f"http://{_url_host(host)}:{port}", reverse, _home())
+    click.echo(format_environment(variables, fmt), nl=False)
+
+
+def format_environment(variables: dict[str, str], fmt: str) -> str:
+    import shlex
+
+    if fmt == "json":
+        return orjson.dumps(variables, option=orjson.OPT_INDENT_2).decode() + "\n"
+    lines = []
+    for name, value in variables.items():
+        if fmt == "sh":
+            lines.append(f"export {name}={shlex.quote(value)}")
+        elif fmt == "fish":
+            lines.append(f"set -gx {name} {shlex.quote(value)}")
+        else:
+            lines.append(f"{name}={value}")
+    return "\n".join(lines) + "\n"
+
+
+def _url_host(host: str) -> str:
+    return f"[{host}]" if ":" in host else host
+
+
+def _home():
+    from .home import wiretape_home
+
+    try:
+        return wiretape_home()
+    except OSError as exc:
+        fail(f"cannot use WIRETAPE_HOME: {exc}")
+
+
+def _check_command(name: str) -> None:
+    import shutil
+
+    if shutil.which(name) is None:
+        fail(f"command not found: {name}")

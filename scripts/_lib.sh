@@ -22,7 +22,7 @@ find_python() {
   done
   local root="${PYENV_ROOT:-$HOME/.pyenv}"
   if [[ -d "$root/versions" ]]; then
-    for candidate in $(ls -1 "$root/versions" | grep -E '^3\.[0-9]+\.[0-9]+$' | sort -t. -k1,1n -k2,2n -k3,3n -r); do
+    for candidate in $(ls -1 "$root/versions" | grep -E '^3\.[0-9]+\.[0-9]+$' | sort -t. -k1,1nr -k2,2nr -k3,3nr); do
       if _python_ok "$root/versions/$candidate/bin/python3"; then
         echo "$root/versions/$candidate/bin/python3"; return 0
       fi

@@ -15,7 +15,7 @@ FORMAT_NAME = "wiretape"
 FORMAT_VERSION = 1
 HASH_ALGORITHM = "blake3"
 SOURCES = ("live", "injected")
-ERROR_KINDS = ("refused", "dns", "tls", "timeout", "reset", "protocol", "other")
+ERROR_KINDS = ("refused", "dns", "tls", "timeout", "reset", "protocol", "aborted", "other")
 
 Headers = list[tuple[str, str]]
 
