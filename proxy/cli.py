@@ -161,7 +161,7 @@ def _listen_option(default: str):
     )
 
 
-@main.command(context_settings={"allow_interspersed_args": False})
+@main.command()
 @click.argument("tape", type=click.Path(dir_okay=False))
 @click.argument("command", nargs=-1, type=click.UNPROCESSED)
 @_listen_option("127.0.0.1:0")

@@ -39,17 +39,18 @@ class ExchangeSummary:
 
 
 def summarize(exchange: Exchange) -> ExchangeSummary:
-    split = urlsplit(exchange.request.url)
     response = exchange.response
-    path = split.path or "/"
-    if split.query:
-        path += "?" + split.query
+    try:
+        split = urlsplit(exchange.request.url)
+        host, path = split.netloc, (split.path or "/") + ("?" + split.query if split.query else "")
+    except ValueError:  # a URL the tape holds but urllib cannot split: show it whole
+        host, path = "", exchange.request.url
     done = exchange.timings.done_us
     return ExchangeSummary(
         seq=exchange.seq,
         method=exchange.request.method,
         url=exchange.request.url,
-        host=split.netloc,
+        host=host,
         path=path,
         status=response.status if response else None,
         error=exchange.error.kind if exchange.error else None,

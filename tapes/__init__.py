@@ -25,7 +25,7 @@ from .model import (
     Timings,
     UpstreamError,
 )
-from .reader import Tape, TapeReader, load_tape
+from .reader import Tape, TapeReader, exchange_at, load_tape
 from .verify import Repair, TapeSummary, repair_tape, verify_tape
 from .writer import FSYNC_POLICIES, FsyncPolicy, TapeWriter
 
@@ -54,6 +54,7 @@ __all__ = [
     "TruncatedTapeError",
     "UnknownVersionError",
     "UpstreamError",
+    "exchange_at",
     "load_tape",
     "repair_tape",
     "verify_tape",

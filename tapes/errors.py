@@ -66,13 +66,15 @@ class TruncatedTapeError(TapeError):
         self.intact_exchanges = intact_exchanges
         self.intact_bytes = intact_bytes
         self.chain_head = chain_head
-        super().__init__(
-            path,
-            line,
-            f"truncated: not sealed; {intact_exchanges} intact exchange"
-            f"{'' if intact_exchanges == 1 else 's'} before it "
-            "(`wiretape verify --repair` keeps them and seals the tape)",
-        )
+        if intact_bytes == 0:
+            detail = "truncated inside the header: nothing intact to recover"
+        else:
+            detail = (
+                f"truncated: not sealed; {intact_exchanges} intact exchange"
+                f"{'' if intact_exchanges == 1 else 's'} before it "
+                "(`wiretape verify --repair` keeps them and seals the tape)"
+            )
+        super().__init__(path, line, detail)
 
 
 class TapeExistsError(FileExistsError):

@@ -7,7 +7,6 @@ parsed object strictly and raises `RecordError` naming the field at fault.
 from __future__ import annotations
 
 import base64
-import binascii
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -114,6 +113,17 @@ class Seal:
     final_hash: str
     ended: str
     recovered: dict[str, Any] | None = None
+
+
+def check_exchange(exchange: Exchange) -> None:
+    """Raise ValueError if `exchange` breaks a rule of the format that its types allow."""
+    if exchange.source not in SOURCES:
+        raise ValueError(f"source must be one of {SOURCES}, not {exchange.source!r}")
+    if exchange.error is not None and exchange.error.kind not in ERROR_KINDS:
+        raise ValueError(f"error kind must be one of {ERROR_KINDS}, not {exchange.error.kind!r}")
+    response = exchange.response
+    if response is not None and (response.body is None) == (response.chunks is None):
+        raise ValueError("a response needs exactly one of body and chunks")
 
 
 # -- to JSON objects ------------------------------------------------------------------------
@@ -277,7 +287,7 @@ def _payload(obj: dict[str, Any], where: str) -> bytes:
     if isinstance(encoded, str) and "text" not in obj:
         try:
             return base64.b64decode(encoded, validate=True)
-        except binascii.Error as exc:
+        except ValueError as exc:  # binascii.Error, or non-ASCII text
             raise RecordError(f"{where}.base64: not valid base64 ({exc})") from None
     raise RecordError(f"{where}: expected exactly one of a string text or base64")
 

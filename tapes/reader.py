@@ -42,7 +42,8 @@ class TapeReader:
     """Opens a tape, checks its header, then yields its exchanges in file order.
 
     After iteration ends without an error, `seal` holds the end record. `chain_head` and
-    `intact_bytes` describe the valid prefix read so far, which is what repair keeps.
+    `intact_bytes` describe the valid prefix read so far, which is what repair keeps;
+    `last_span` is the (offset, length) of the record just read, for `exchange_at`.
     """
 
     def __init__(self, path: str | os.PathLike[str]) -> None:
@@ -51,6 +52,7 @@ class TapeReader:
         self.exchanges_read = 0
         self.intact_bytes = 0
         self.chain_head = GENESIS
+        self.last_span = (0, 0)
         self._line = 0
         self._file: BinaryIO = open(self.path, "rb")  # noqa: SIM115 (closed by close())
         try:
@@ -144,6 +146,7 @@ class TapeReader:
 
     def _advance(self, raw: bytes, digest: bytes) -> None:
         self.chain_head = digest
+        self.last_span = (self.intact_bytes, len(raw))
         self.intact_bytes += len(raw)
 
     def _decode(self, decoder, record: dict[str, Any]):
@@ -168,6 +171,18 @@ class TapeReader:
 
     def _format_error(self, detail: str) -> TapeFormatError:
         return TapeFormatError(self.path, self._line, detail)
+
+
+def exchange_at(data: bytes | memoryview, span: tuple[int, int]) -> Exchange:
+    """Decode the exchange record at `span` of an already verified tape's bytes.
+
+    Replay keeps only offsets in memory and decodes an exchange when it is served.
+    """
+    offset, length = span
+    framed = unframe(bytes(data[offset : offset + length - 1]))
+    if framed is None:
+        raise ValueError(f"no record at offset {offset}")
+    return exchange_from_record(orjson.loads(framed[0]))
 
 
 @dataclass(slots=True)

@@ -22,7 +22,15 @@ import orjson
 from ._version import VERSION
 from .chain import GENESIS, frame
 from .errors import TapeExistsError
-from .model import Exchange, Header, Seal, exchange_record, header_record, seal_record
+from .model import (
+    Exchange,
+    Header,
+    Seal,
+    check_exchange,
+    exchange_record,
+    header_record,
+    seal_record,
+)
 
 FsyncPolicy = Literal["always", "batched", "never"]
 FSYNC_POLICIES: tuple[FsyncPolicy, ...] = ("always", "batched", "never")
@@ -51,7 +59,9 @@ class TapeWriter:
         self.fsync = fsync
         self.exchanges = 0
         self.sealed = False
+        self.failed: OSError | None = None
         self._previous = GENESIS
+        self._seqs: set[int] = set()
         self._lock = threading.Lock()
         self._dirty = threading.Event()
         self._closing = threading.Event()
@@ -81,10 +91,16 @@ class TapeWriter:
         return int((time.monotonic() - self._started) * 1_000_000)
 
     def append(self, exchange: Exchange) -> None:
+        """Write one exchange. Raises ValueError for an exchange the format cannot hold
+        (checked before writing: a bad record would end the tape's valid prefix)."""
         with self._lock:
             if self.sealed:
                 raise ValueError(f"{self.path}: the tape is sealed")
+            check_exchange(exchange)
+            if exchange.seq in self._seqs:
+                raise ValueError(f"sequence number {exchange.seq} is already on the tape")
             self._write(exchange_record(exchange))
+            self._seqs.add(exchange.seq)
             self.exchanges += 1
 
     def close(self, recovered: dict[str, Any] | None = None) -> None:
@@ -92,15 +108,23 @@ class TapeWriter:
         with self._lock:
             if self.sealed:
                 return
-            seal = Seal(self.exchanges, self._previous.hex(), utc_now(), recovered)
-            self._write(seal_record(seal))
             self.sealed = True
-        self._closing.set()
-        if self._syncer is not None:
-            self._syncer.join()
-        if self.fsync != "never":
-            os.fsync(self._fd)
-        os.close(self._fd)
+        try:
+            # After a failed write the tape ends in a partial line: leave it unsealed, for
+            # `verify --repair`, rather than seal over the gap.
+            if self.failed is None:
+                seal = Seal(self.exchanges, self._previous.hex(), utc_now(), recovered)
+                self._write(seal_record(seal))
+        finally:
+            self._closing.set()
+            self._dirty.set()  # wake the syncer so it sees _closing
+            if self._syncer is not None:
+                self._syncer.join()
+            try:
+                if self.fsync != "never":
+                    os.fsync(self._fd)
+            finally:
+                os.close(self._fd)
 
     def __enter__(self) -> TapeWriter:
         return self
@@ -109,11 +133,20 @@ class TapeWriter:
         self.close()
 
     def _write(self, record: dict[str, Any]) -> None:
-        parts, self._previous = frame(orjson.dumps(record), self._previous)
-        _write_all(self._fd, parts)
+        if self.failed is not None:
+            raise OSError(f"{self.path}: an earlier write failed ({self.failed})")
+        parts, digest = frame(orjson.dumps(record), self._previous)
+        try:
+            _write_all(self._fd, parts)
+        except OSError as exc:
+            # Whatever part of the line reached the file is a partial last line: the tape
+            # stays a valid, repairable prefix as long as nothing is appended after it.
+            self.failed = exc
+            raise
+        self._previous = digest
         if self.fsync == "always":
             os.fsync(self._fd)
-        else:
+        elif not self._dirty.is_set():  # is_set() takes no lock; set() does
             self._dirty.set()
 
     def _sync_batches(self) -> None:
