@@ -16,7 +16,7 @@ HASH_HEX_LEN = 64
 _HASH_OPEN = b',"hash":"'
 # ,"hash":" + 64 hex digits + "}
 SUFFIX_LEN = len(_HASH_OPEN) + HASH_HEX_LEN + 2
-_SUFFIX = re.compile(rb',"hash":"([0-9a-f]{64})"\}\Z')
+_HEX = re.compile(rb"[0-9a-f]{64}")
 
 
 def chain_digest(previous: bytes, canonical: bytes) -> bytes:
@@ -34,11 +34,30 @@ def frame(canonical: bytes, previous: bytes) -> tuple[list[bytes | memoryview], 
 
 
 def unframe(line: bytes) -> tuple[bytes, str] | None:
-    """Split a line (without its newline) into canonical bytes and the hex hash it carries.
+    """Split a line (without its newline) into its canonical bytes and the hex hash it carries.
 
     Returns None when the line does not end in a well-formed hash field.
     """
-    match = _SUFFIX.search(line, len(line) - SUFFIX_LEN)
-    if match is None:
+    split = split_hash(line)
+    return None if split is None else (bytes(split[0]) + b"}", split[1])
+
+
+def split_hash(line: bytes) -> tuple[memoryview, str] | None:
+    """Like `unframe`, without copying: the bytes before the hash field (the canonical bytes
+    less their closing brace) and the hex hash. For `link_digest`."""
+    if len(line) <= SUFFIX_LEN or not line.endswith(b'"}'):
         return None
-    return line[:-SUFFIX_LEN] + b"}", match.group(1).decode("ascii")
+    if line[-SUFFIX_LEN : -SUFFIX_LEN + len(_HASH_OPEN)] != _HASH_OPEN:
+        return None
+    found = line[-HASH_HEX_LEN - 2 : -2]
+    if _HEX.fullmatch(found) is None:
+        return None
+    return memoryview(line)[:-SUFFIX_LEN], found.decode("ascii")
+
+
+def link_digest(previous: bytes, unframed: memoryview) -> bytes:
+    """The chain hash of a record from what `split_hash` returned: its bytes, then the brace."""
+    hasher = blake3(previous)
+    hasher.update(unframed)
+    hasher.update(b"}")
+    return hasher.digest()

@@ -13,7 +13,7 @@ from typing import Any, BinaryIO
 
 import orjson
 
-from .chain import GENESIS, chain_digest, unframe
+from .chain import GENESIS, link_digest, split_hash
 from .errors import (
     BrokenChainError,
     NotATapeError,
@@ -126,18 +126,19 @@ class TapeReader:
         return header
 
     def _check(self, raw: bytes) -> tuple[dict[str, Any], bytes]:
-        """Check a line's framing and chain link; return its record (no hash) and digest."""
+        """Check a line's framing and chain link; return its record and digest."""
         if not raw.endswith(b"\n"):
             raise self._truncated(self._line)
-        framed = unframe(raw[:-1])
+        framed = split_hash(raw[:-1])
         if framed is None:
             raise self._format_error('the line does not end with a "hash" field')
-        canonical, found = framed
-        digest = chain_digest(self.chain_head, canonical)
-        if digest.hex() != found:
+        before_hash, found = framed
+        digest = link_digest(self.chain_head, before_hash)
+        if digest != bytes.fromhex(found):
             raise BrokenChainError(self.path, self._line, digest.hex(), found)
         try:
-            record = orjson.loads(canonical)
+            # The whole line parses as the record plus its "hash", which decoders ignore.
+            record = orjson.loads(raw)
         except orjson.JSONDecodeError as exc:
             raise self._format_error(f"not valid JSON ({exc})") from None
         if not isinstance(record, dict):
@@ -179,10 +180,7 @@ def exchange_at(data: bytes | memoryview, span: tuple[int, int]) -> Exchange:
     Replay keeps only offsets in memory and decodes an exchange when it is served.
     """
     offset, length = span
-    framed = unframe(bytes(data[offset : offset + length - 1]))
-    if framed is None:
-        raise ValueError(f"no record at offset {offset}")
-    return exchange_from_record(orjson.loads(framed[0]))
+    return exchange_from_record(orjson.loads(data[offset : offset + length]))
 
 
 @dataclass(slots=True)
