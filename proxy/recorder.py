@@ -171,11 +171,9 @@ class Recorder:
 
     def _redacted(self, resp, headers, trailers, *, body=None, chunks=None) -> Response:
         if chunks is not None:
-            redacted = self.redactor.chunks([c.data for c in chunks])
-            if len(redacted) == len(chunks):
-                chunks = [Chunk(c.at_us, data) for c, data in zip(chunks, redacted, strict=True)]
-            else:  # a secret straddled chunks and they were merged: keep each first arrival
-                chunks = [Chunk(chunks[0].at_us, data) for data in redacted]
+            # Chunks a secret straddles come back merged, dated by the first of them.
+            groups = self.redactor.chunk_groups([c.data for c in chunks])
+            chunks = [Chunk(chunks[first].at_us, data) for first, data in groups]
         return Response(
             status=resp.status_code,
             reason=resp.reason,

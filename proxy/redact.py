@@ -12,8 +12,8 @@ the same secret always gets the same placeholder under one key, two secrets get 
 without the key can test a guess against a tape. Placeholders are opaque to every rule, so
 redacting twice changes nothing, and they hold no `"` or `\\`, so JSON stays JSON.
 
-Bodies are matched as bytes, as they are: compressed bodies must be decoded first
-(`decode_body`). The recorder stores the decoded body.
+Bodies are matched as bytes, as they are: nothing inside a gzip or br body is seen, so a
+compressed body must be decoded first (`decode_body`).
 """
 
 from __future__ import annotations
@@ -103,7 +103,7 @@ def _token_start(prefix: bytes) -> bytes:
     "task-list" from looking like `sk-` keys), unless that letter ends an escape that stands
     for a separator: JSON's `\\n`, `\\t`, `\\u0020` or a URL's `%20`. A key at the start of a
     line inside a JSON string follows `\\n`. The checks sit after the literal so that the
-    pattern starts with it, which lets the regex engine skip to candidates at memchr speed.
+    pattern starts with it: the regex engine then skips straight to where the literal is.
     """
     return (
         prefix + rb"(?:(?<![A-Za-z0-9_-]" + prefix + rb")"
@@ -186,17 +186,12 @@ SHAPES: tuple[SecretShape, ...] = (
 )
 
 # The fast path: every shape's secret is a run of at least MIN_RUN of these bytes, so bytes
-# without such a run hold no shaped secret, and where they have some, only the runs and the
-# LEAD_REACH bytes before each need searching. `bytes.translate` and substring searches find
-# the runs at C speed, far faster than the regex passes over the same bytes.
+# without such a run hold no shaped secret. `bytes.translate` and a substring search check
+# that at C speed, about ten times faster than the passes of the forms over the same bytes.
 RUN_BYTES = b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789_-.~+/="
 MIN_RUN = 16
-LEAD_REACH = 32  # the longest lead, "secret_access_key" and 8 separator bytes, is 25
 _RUN_MASK = bytes(0x61 if byte in RUN_BYTES else 0x20 for byte in range(256))
 _RUN_NEEDLE = b"a" * MIN_RUN
-# Searching around one run costs about what searching this many bytes of a whole body does;
-# past len // _WINDOW_COST runs, whole-body passes are the cheaper.
-_WINDOW_COST = 128
 
 
 @dataclass(frozen=True, slots=True)
@@ -209,8 +204,8 @@ class _Form:
 
 
 def _form(rank: int, shape: SecretShape) -> _Form:
-    source = shape.lead or shape.secret
-    literal = _LITERAL_START.match(source).group()  # type: ignore[union-attr]
+    match = _LITERAL_START.match(shape.lead or shape.secret)
+    literal = match.group() if match else b""
     if not literal:
         raise ValueError(f"shape {shape.name}: its pattern must start with a literal")
     if shape.any_case:
@@ -252,8 +247,12 @@ class Redactor:
         if not isinstance(key, bytes) or len(key) != KEY_SIZE:
             raise ValueError(f"the redaction key must be {KEY_SIZE} bytes")
         self._key = key
-        self._extra = tuple(extra_patterns)
+        self._extra = _pattern_list(extra_patterns)
         self._matcher = _matcher(self._extra)
+        # Header values and URLs repeat from one request to the next (hosts, paths, content
+        # types, user agents): remembering recent answers spares the passes over them.
+        self._header_value = lru_cache(maxsize=4096)(self._redact_header_value)
+        self._url = lru_cache(maxsize=1024)(self._redact_url)
 
     def policy(self) -> dict[str, Any]:
         """What this redactor removes, as recorded in a tape's header."""
@@ -272,21 +271,11 @@ class Redactor:
 
     def headers(self, headers: list[tuple[str, str]]) -> list[tuple[str, str]]:
         """Header pairs with credentials replaced; names, order and duplicates kept."""
-        out = []
-        for name, value in headers:
-            rule = _HEADER_RULES.get(name.lower())
-            if rule is not None:
-                value = rule(value, self._seal_text)
-            out.append((name, self._text(value)))
-        return out
+        return [(name, self._header_value(name.lower(), value)) for name, value in headers]
 
     def url(self, url: str) -> str:
         """The URL with secret query values and secret-shaped strings replaced, else unchanged."""
-        head, hash_sign, fragment = url.partition("#")
-        path, question, query = head.partition("?")
-        if query:
-            query = "&".join(_query_param(part, self._seal_text) for part in query.split("&"))
-        return self._text(path + question + query + hash_sign + fragment)
+        return self._url(url)
 
     def body(self, data: bytes) -> bytes:
         """The body with secret-shaped strings replaced; `data` itself when there are none.
@@ -303,10 +292,17 @@ class Redactor:
         it touches are merged into one, so that its placeholder is never split. Every other
         boundary stays where it was; with nothing straddling, the count is unchanged.
         """
+        return [data for _first, data in self.chunk_groups(chunks)]
+
+    def chunk_groups(self, chunks: list[bytes]) -> list[tuple[int, bytes]]:
+        """`chunks`, with the index of the first input block each output block comes from.
+
+        A recorder uses the index to keep each block's arrival time when blocks were merged.
+        """
         data = b"".join(chunks)
         spans = self._matcher.spans(data)
         if not spans:
-            return list(chunks)
+            return list(enumerate(chunks))
         ends = []
         offset = 0
         for chunk in chunks:
@@ -320,6 +316,7 @@ class Redactor:
                 glued[index] = True
                 index += 1
         out = []
+        first_chunk = 0
         group_start = 0
         first_span = 0
         for index, group_end in enumerate(ends):
@@ -329,13 +326,27 @@ class Redactor:
             last_span = bisect.bisect_left(spans, (group_end,), lo=first_span)
             if last_span > first_span:
                 inside = spans[first_span:last_span]
-                out.append(self._splice(data[group_start:group_end], inside, group_start))
+                redacted = self._splice(data[group_start:group_end], inside, group_start)
+                out.append((first_chunk, redacted))
             else:
-                out.append(chunks[index])  # only a secret glues blocks: this one stands alone
-            group_start, first_span = group_end, last_span
+                out.append((index, chunks[index]))  # only a secret glues blocks: this is alone
+            first_chunk, group_start, first_span = index + 1, group_end, last_span
         return out
 
     # -- helpers ----------------------------------------------------------------------------
+
+    def _redact_header_value(self, name: str, value: str) -> str:
+        rule = _HEADER_RULES.get(name)
+        if rule is not None:
+            value = rule(value, self._seal_text)
+        return self._text(value)
+
+    def _redact_url(self, url: str) -> str:
+        head, hash_sign, fragment = url.partition("#")
+        path, question, query = head.partition("?")
+        if query:
+            query = "&".join(_query_param(part, self._seal_text) for part in query.split("&"))
+        return self._text(path + question + query + hash_sign + fragment)
 
     def _placeholder(self, kind: str, secret: bytes) -> bytes:
         tag = blake3(secret, key=self._key).hexdigest(TAG_BYTES)
@@ -370,7 +381,7 @@ class Redactor:
 def scan_for_secrets(data: bytes, extra_patterns: Sequence[str] = ()) -> list[Finding]:
     """What in `data` still looks like a secret (placeholders do not), for `verify --secrets`."""
     findings = []
-    for start, end, kind in _matcher(tuple(extra_patterns)).spans(data):
+    for start, end, kind in _matcher(_pattern_list(extra_patterns)).spans(data):
         public = _PUBLIC_PREFIX.match(data, start, end)
         shown = public.group().decode("ascii") if public and public.end() < end else ""
         preview = f"{shown}…({end - start} bytes)"
@@ -425,13 +436,14 @@ class UndecodableBody(ValueError):
 
 
 def decode_body(data: bytes, content_encoding: str | None) -> bytes:
-    """The body with its Content-Encoding undone, ready for `Redactor.body`.
+    """The body with its Content-Encoding undone, so that `Redactor.body` can see into it.
 
-    Redaction reads bytes as they are, and a gzip or br body hides its secrets from it. The
-    recorder therefore decodes a body before redacting it and stores the decoded body (with
-    the Content-Encoding header dropped). Supported: identity, gzip, deflate, br, zstd (br and
-    zstd when their modules are installed; mitmproxy brings them). Anything else, or corrupt
-    data, raises `UndecodableBody` rather than letting encoded bytes through unread.
+    `Redactor.body` reads bytes as they are and finds nothing inside a gzip or br body: decode
+    first, and store what was redacted, the decoded body. Codings are undone last first, as
+    `Content-Encoding: gzip, br` requires. Supported: identity, gzip, deflate (zlib or raw),
+    br and zstd (br and zstd when their modules are installed; mitmproxy brings them).
+    Anything else, or corrupt data, raises `UndecodableBody`, so that encoded bytes are never
+    taken for redacted ones. The output size is not limited.
     """
     codings = [c.strip().lower() for c in (content_encoding or "").split(",") if c.strip()]
     for coding in reversed(codings):  # the last coding listed was applied last
@@ -512,7 +524,9 @@ def _set_cookie_value(value: str, seal: Seal) -> str:
 
 def _cookie_pair(pair: str, seal: Seal) -> str:
     name, equals, value = pair.partition("=")
-    return name + equals + _seal_core(value, COOKIE_KIND, seal) if equals else pair
+    if not equals:  # a pair without "=" is a cookie with an empty name (RFC 6265bis)
+        return _seal_core(pair, COOKIE_KIND, seal)
+    return name + equals + _seal_core(value, COOKIE_KIND, seal)
 
 
 def _query_param(part: str, seal: Seal) -> str:
@@ -560,6 +574,12 @@ def _shape_of(secret: bytes) -> str | None:
 Span = tuple[int, int, str]  # start, end, kind
 
 
+def _pattern_list(extra_patterns: Sequence[str]) -> tuple[str, ...]:
+    if isinstance(extra_patterns, str):  # one pattern per character is never what was meant
+        raise TypeError("extra_patterns is a list of patterns, not a single string")
+    return tuple(extra_patterns)
+
+
 @lru_cache(maxsize=32)
 def _matcher(extra_patterns: tuple[str, ...]) -> _Matcher:
     return _Matcher(extra_patterns)
@@ -573,14 +593,17 @@ class _Matcher:
 
     def spans(self, data: bytes) -> list[Span]:
         """The secrets in `data`, in order, never overlapping each other or a placeholder."""
-        windows = _candidate_windows(data)
-        if not windows and not self.custom:
+        shaped = data.translate(_RUN_MASK).find(_RUN_NEEDLE) >= 0
+        if not shaped and not self.custom:
             return []
         opaque: list[tuple[int, int]] = []
         if _PLACEHOLDER_OPEN in data:
             opaque = [m.span() for m in PLACEHOLDER.finditer(data)]
-        gaps = _gaps(opaque, len(data))
-        spans = _shaped_secrets(data, _intersect(windows, gaps)) if windows else []
+        spans: list[Span] = []
+        if shaped:
+            lowered = data.lower()  # for the leads that match in any case; same offsets
+            for start, end in _gaps(opaque, len(data)):
+                spans.extend(_shaped_secrets(data, lowered, start, end))
         # A user pattern sees what is left, as if it ran on the output of the passes before it.
         for pattern in self.custom:
             taken = sorted(opaque + [(start, end) for start, end, _kind in spans])
@@ -592,49 +615,27 @@ class _Matcher:
         return spans
 
 
-def _candidate_windows(data: bytes) -> list[tuple[int, int]]:
-    """Where shaped secrets can be: around each run of RUN_BYTES, or the whole of `data`."""
-    mask = data.translate(_RUN_MASK)
-    position = mask.find(_RUN_NEEDLE)
-    budget = len(data) // _WINDOW_COST
-    windows: list[tuple[int, int]] = []
-    while position >= 0:
-        if len(windows) >= budget:
-            return [(0, len(data))]
-        run_end = mask.find(b" ", position + MIN_RUN)
-        if run_end < 0:
-            run_end = len(data)
-        start = max(0, position - LEAD_REACH)
-        if windows and start <= windows[-1][1]:
-            windows[-1] = (windows[-1][0], run_end)
-        else:
-            windows.append((start, run_end))
-        position = mask.find(_RUN_NEEDLE, run_end)
-    return windows
-
-
-def _shaped_secrets(data: bytes, windows: list[tuple[int, int]]) -> list[Span]:
-    """Every form searched on its own in each window, when the window holds its literal."""
+def _shaped_secrets(data: bytes, lowered: bytes, start: int, end: int) -> list[Span]:
+    """Every form searched on its own: a literal prefix each makes each pass quick."""
     found = []
-    for start, end in windows:
-        window = data[start:end]  # for the literal checks; the searches see the context
-        lowered = window.lower()
-        for form in _FORMS:
-            if form.then is None:
-                if form.literal in window:
-                    for match in form.search.finditer(data, start, end):
-                        found.append((match.start(1), form.rank, match.end(1), form.name))
-            elif form.literal in lowered:
-                for lead in form.search.finditer(lowered):
-                    match = form.then.match(data, start + lead.end(), end)
-                    if match is not None:
-                        found.append((match.start(), form.rank, match.end(), form.name))
+    for form in _FORMS:
+        if form.then is None:
+            # A find is much cheaper than starting a regex search (and `in` on bytes is not).
+            if data.find(form.literal, start, end) >= 0:
+                for match in form.search.finditer(data, start, end):
+                    found.append((match.start(1), form.rank, match.end(1), form.name))
+        elif lowered.find(form.literal, start, end) >= 0:
+            for lead in form.search.finditer(lowered, start, end):
+                match = form.then.match(data, lead.end(), end)
+                if match is not None:
+                    found.append((match.start(), form.rank, match.end(), form.name))
     if not found:
         return []
     found.sort()
     # Forms overlap ("Bearer eyJ...", "sk-ant-..."): the union is redacted, under the name of
     # the form that starts first, the table's first at one start.
-    spans = [found[0][::2]]
+    first_start, _rank, first_end, first_name = found[0]
+    spans = [(first_start, first_end, first_name)]
     for secret_start, _rank, secret_end, name in found[1:]:
         last_start, last_end, last_name = spans[-1]
         if secret_start < last_end:
@@ -662,24 +663,6 @@ def _compile_custom(pattern: str) -> re.Pattern[bytes]:
         raise ValueError(
             f"--redact pattern {pattern!r} is not a valid regular expression: {exc}"
         ) from None
-
-
-def _intersect(
-    first: list[tuple[int, int]], second: list[tuple[int, int]]
-) -> list[tuple[int, int]]:
-    """The stretches in both of two sorted lists of disjoint stretches."""
-    both = []
-    i = j = 0
-    while i < len(first) and j < len(second):
-        start = max(first[i][0], second[j][0])
-        end = min(first[i][1], second[j][1])
-        if start < end:
-            both.append((start, end))
-        if first[i][1] < second[j][1]:
-            i += 1
-        else:
-            j += 1
-    return both
 
 
 def _gaps(taken: list[tuple[int, int]], length: int) -> list[tuple[int, int]]:
