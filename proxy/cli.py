@@ -14,6 +14,7 @@ from .tapes.model import header_record, seal_record
 # Exit codes are a contract (DESIGN.md): scripts and CI read them.
 EXIT_OK = 0
 EXIT_DIVERGED = 1
+EXIT_SECRETS_FOUND = 1  # verify --secrets: a finding, like a divergence, fails the check
 EXIT_USAGE = 2
 EXIT_TAPE_INVALID = 3
 
@@ -43,12 +44,28 @@ def main() -> None:
     is_flag=True,
     help="Seal a crash-cut tape after its intact prefix; the end record says it was recovered.",
 )
-def verify(tapes: tuple[str, ...], repair: bool) -> None:
+@click.option(
+    "--secrets",
+    "scan_secrets",
+    is_flag=True,
+    help="Also scan for anything still secret-shaped (API keys, tokens, JWTs): exit 1 if found.",
+)
+@click.option(
+    "--redact",
+    "redact_patterns",
+    multiple=True,
+    metavar="REGEX",
+    help="With --secrets: also report what this regular expression matches (repeatable).",
+)
+def verify(
+    tapes: tuple[str, ...], repair: bool, scan_secrets: bool, redact_patterns: tuple[str, ...]
+) -> None:
     """Check that each TAPE is intact (hash chain unbroken) and sealed.
 
-    Exits 0 when every tape is sound, 3 with one line per problem otherwise.
+    Exits 0 when every tape is sound, 3 with one line per problem otherwise;
+    with --secrets, 1 when a sound tape still holds something secret-shaped.
     """
-    problems = 0
+    problems = leaks = 0
     for path in tapes:
         try:
             if repair:
@@ -69,7 +86,26 @@ def verify(tapes: tuple[str, ...], repair: bool) -> None:
         else:
             note = ", recovered by repair" if summary.seal.recovered else ""
             click.echo(f"ok: {path}: {summary.exchanges} exchange(s), sealed{note}")
-    sys.exit(EXIT_TAPE_INVALID if problems else EXIT_OK)
+            if scan_secrets:
+                leaks += _report_leaks(path, redact_patterns)
+    if problems:
+        sys.exit(EXIT_TAPE_INVALID)
+    sys.exit(EXIT_SECRETS_FOUND if leaks else EXIT_OK)
+
+
+def _report_leaks(path: str, patterns: tuple[str, ...]) -> int:
+    from .leaks import find_leaks
+
+    count = 0
+    try:
+        for leak in find_leaks(path, patterns):
+            click.echo(f"secret: {leak.to_text(path)}", err=True)
+            count += 1
+    except ValueError as exc:  # a bad --redact pattern
+        fail(str(exc))
+    if not count:
+        click.echo(f"ok: {path}: nothing secret-shaped")
+    return count
 
 
 @main.command()
@@ -231,6 +267,12 @@ def record(
             fail(str(exc))
     if command:
         _check_command(command[0])
+    if upstream_insecure:
+        click.echo(
+            "wiretape: WARNING: --upstream-insecure: upstream certificates are NOT verified; "
+            "anyone on the path can read and change this traffic",
+            err=True,
+        )
     config = RecordingConfig(
         tape=Path(tape),
         home=_home(),

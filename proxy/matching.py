@@ -13,6 +13,7 @@ from urllib.parse import parse_qsl, urlsplit
 
 import orjson
 
+from .redact import SECRET_QUERY_PARAMS
 from .tapes import Request
 
 # Headers that change from run to run without changing what is asked: credentials, client
@@ -48,11 +49,6 @@ VOLATILE_HEADERS = frozenset(
     }
 )
 VOLATILE_HEADER_PREFIXES = ("x-stainless-", "x-datadog-", "x-b3-", ":")
-# Query parameters that carry credentials: their values are redacted differently on every
-# machine, so only their presence counts.
-SECRET_QUERY_PARAMETERS = frozenset(
-    {"key", "api_key", "apikey", "access_token", "token", "client_secret", "sig", "signature"}
-)
 # A redaction placeholder's tag depends on the machine's redaction key; its kind does not.
 _PLACEHOLDER_TAG = re.compile(r"(\[REDACTED:[a-z0-9-]+):[0-9a-f]+\]")
 _DEFAULT_PORTS = {"http": 80, "https": 443}
@@ -112,7 +108,8 @@ def parsed_body(key: MatchKey) -> Any:
 def _query(query: str) -> list[tuple[str, str]]:
     pairs = []
     for name, value in parse_qsl(query, keep_blank_values=True):
-        if name.lower() in SECRET_QUERY_PARAMETERS:
+        # Credentials are redacted differently on every machine: only their presence counts.
+        if name.lower() in SECRET_QUERY_PARAMS:
             value = "<secret>"
         pairs.append((name, _PLACEHOLDER_TAG.sub(r"\1]", value)))
     return pairs

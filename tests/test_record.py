@@ -356,3 +356,28 @@ def _wait_for(condition, timeout: float = 30) -> None:
         if time.monotonic() > deadline:
             raise TimeoutError("condition not met in time")
         time.sleep(0.05)
+
+
+def test_verify_secrets_passes_a_recorded_tape_and_flags_a_planted_key(tmp_path, env, upstream):
+    tape = tmp_path / "scan.tape"
+    result = record(tape, pyclient("requests-json", upstream.url), env, upstream)
+    assert result.returncode == 0, result.stderr
+    clean = wiretape("verify", "--secrets", str(tape), env=env)
+    assert clean.returncode == 0, clean.stderr
+    assert "nothing secret-shaped" in clean.stdout
+    # A tape written without redaction: the scan must catch the key (exit 1), in a body
+    # and in a credential header whatever its value looks like.
+    from wiretape.tapes import Exchange, Request, Response, TapeWriter
+
+    leaky = tmp_path / "leaky.tape"
+    key = "sk-proj-" + "Z9" * 24
+    with TapeWriter(leaky, redaction={}) as writer:
+        request = Request(
+            "POST", "https://x.test/", "HTTP/1.1", [("x-api-key", "hunter2")], key.encode()
+        )
+        writer.append(Exchange(1, 0, request, Response(200, "OK", "HTTP/1.1", [], body=b"")))
+    found = wiretape("verify", "--secrets", str(leaky), env=env)
+    assert found.returncode == 1
+    assert "request.body: openai-key" in found.stderr
+    assert "request.headers.x-api-key: secret-header" in found.stderr
+    assert key not in found.stderr
