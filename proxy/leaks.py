@@ -55,4 +55,3 @@ def _fields(exchange: Exchange) -> Iterator[tuple[str, bytes]]:
             yield f"response.headers.{name}", value.encode("latin-1")
         # Scanned joined: a secret split across chunks is still a secret on disk.
         yield "response.body", response.content
-
