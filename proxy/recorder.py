@@ -2,8 +2,8 @@
 
 Responses pass through as they arrive (`flow.response.stream`), never buffered whole; each
 block is captured with its arrival time. A response whose length was not announced up front
-is stored as chunks, one with a Content-Length as a body. Everything is redacted before it
-reaches the tape writer, which hashes and writes it.
+is stored as chunks, one with a Content-Length as a body. Each exchange is redacted whole
+before it reaches the tape writer, which hashes and writes it.
 """
 
 from __future__ import annotations
@@ -26,6 +26,7 @@ from .tapes import (
     Timings,
     UpstreamError,
 )
+from .upstream_errors import classify_error
 
 ExchangeListener = Callable[[Exchange], None]
 
@@ -80,10 +81,10 @@ class Recorder:
         req = flow.request
         flight.request = Request(
             method=req.method,
-            url=self.redactor.url(req.url),
+            url=req.url,
             http_version=req.http_version,
-            headers=self.redactor.headers(_header_pairs(req.headers)),
-            body=self.redactor.body(req.raw_content or b""),
+            headers=_header_pairs(req.headers),
+            body=req.raw_content or b"",
         )
         # Ask for an uncompressed answer, so the tape is readable and redaction sees every
         # byte. The tape keeps the client's own request headers, captured just above.
@@ -143,9 +144,10 @@ class Recorder:
             error=error,
             timings=Timings(flight.headers_us, flight.elapsed_us()),
         )
-        self.writer.append(exchange)
+        redacted = self.redactor.exchange(exchange)
+        self.writer.append(redacted)
         if self.on_exchange is not None:
-            self.on_exchange(exchange)
+            self.on_exchange(redacted)
 
     def _response(self, resp: http.Response, flight: _Flight) -> Response:
         headers = _header_pairs(resp.headers)
@@ -162,50 +164,23 @@ class Recorder:
             ]
             if not any(name.lower() == "content-length" for name, _ in headers):
                 headers.append(("content-length", str(len(body))))
-            return self._redacted(resp, headers, trailers, body=body)
+            return self._built(resp, headers, trailers, body=body)
         if "content-length" in resp.headers:
-            return self._redacted(
+            return self._built(
                 resp, headers, trailers, body=b"".join(c.data for c in flight.chunks)
             )
-        return self._redacted(resp, headers, trailers, chunks=flight.chunks)
+        return self._built(resp, headers, trailers, chunks=flight.chunks)
 
-    def _redacted(self, resp, headers, trailers, *, body=None, chunks=None) -> Response:
-        if chunks is not None:
-            # Chunks a secret straddles come back merged, dated by the first of them.
-            groups = self.redactor.chunk_groups([c.data for c in chunks])
-            chunks = [Chunk(chunks[first].at_us, data) for first, data in groups]
+    def _built(self, resp, headers, trailers, *, body=None, chunks=None) -> Response:
         return Response(
             status=resp.status_code,
             reason=resp.reason,
             http_version=resp.http_version,
-            headers=self.redactor.headers(headers),
-            body=None if body is None else self.redactor.body(body),
+            headers=headers,
+            body=body,
             chunks=chunks,
-            trailers=None if trailers is None else self.redactor.headers(trailers),
+            trailers=trailers,
         )
-
-
-def classify_error(message: str) -> str:
-    """Map mitmproxy's error text to the tape's error kinds."""
-    text = message.lower()
-    for kind, needles in _ERROR_NEEDLES:
-        if any(needle in text for needle in needles):
-            return kind
-    return "other"
-
-
-_ERROR_NEEDLES = (
-    ("aborted", ("client disconnected", "client closed")),
-    (
-        "dns",
-        ("name or service not known", "nodename nor servname", "getaddrinfo", "name resolution"),
-    ),
-    ("refused", ("connection refused", "connect call failed", "errno 111")),
-    ("tls", ("tls", "ssl", "certificate")),
-    ("timeout", ("timed out", "timeout")),
-    ("reset", ("reset", "peer closed", "server disconnected", "connection closed", "broken pipe")),
-    ("protocol", ("protocol error", "invalid", "malformed")),
-)
 
 
 def _header_pairs(headers: http.Headers) -> list[tuple[str, str]]:

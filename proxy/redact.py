@@ -25,13 +25,15 @@ import re
 import secrets
 import zlib
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from functools import lru_cache
 from pathlib import Path
 from typing import Any
 from urllib.parse import unquote_plus
 
 from blake3 import blake3
+
+from .tapes import Chunk, Exchange, Request, Response
 
 __all__ = [
     "KEY_FILE",
@@ -347,6 +349,36 @@ class Redactor:
         if query:
             query = "&".join(_query_param(part, self._seal_text) for part in query.split("&"))
         return self._text(path + question + query + hash_sign + fragment)
+
+    def exchange(self, exchange: Exchange) -> Exchange:
+        """A copy of `exchange` with every rule applied: what may go on a tape."""
+        response = exchange.response
+        if response is not None:
+            chunks = None
+            if response.chunks is not None:
+                # Chunks a secret straddles come back merged, dated by the first of them.
+                groups = self.chunk_groups([c.data for c in response.chunks])
+                chunks = [Chunk(response.chunks[first].at_us, data) for first, data in groups]
+            response = Response(
+                response.status,
+                response.reason,
+                response.http_version,
+                self.headers(response.headers),
+                None if response.body is None else self.body(response.body),
+                chunks,
+                None if response.trailers is None else self.headers(response.trailers),
+            )
+        return replace(exchange, request=self.request(exchange.request), response=response)
+
+    def request(self, request: Request) -> Request:
+        """A copy of `request` with every rule applied."""
+        return Request(
+            request.method,
+            self.url(request.url),
+            request.http_version,
+            self.headers(request.headers),
+            self.body(request.body),
+        )
 
     def _placeholder(self, kind: str, secret: bytes) -> bytes:
         tag = blake3(secret, key=self._key).hexdigest(TAG_BYTES)

@@ -137,13 +137,7 @@ class Replayer:
     def lookup(self, request: Request) -> Exchange:
         """The recorded exchange that answers `request`, or an injected miss answer."""
         self.requests += 1
-        request = Request(
-            request.method,
-            self.redactor.url(request.url),
-            request.http_version,
-            self.redactor.headers(request.headers),
-            self.redactor.body(request.body),
-        )
+        request = self.redactor.request(request)  # the tape holds redacted requests too
         key = match_key(request, self.rules)
         digest = _digest(key)
         queue = self._queues.get(digest)
