@@ -361,3 +361,201 @@ def _check_command(name: str) -> None:
 
     if shutil.which(name) is None:
         fail(f"command not found: {name}")
+
+
+def _parse_pace(value: str) -> float | None:
+    if value == "fast":
+        return None
+    if value == "recorded":
+        return 1.0
+    try:
+        factor = float(value)
+    except ValueError:
+        factor = -1.0
+    if not factor > 0:
+        raise click.BadParameter(f"expected fast, recorded or a positive factor, got {value!r}")
+    return factor
+
+
+def _replay_options(listen_default: str):
+    """The options `replay` and `serve` share."""
+    options = [
+        _listen_option(listen_default),
+        click.option(
+            "--reverse",
+            metavar="URL",
+            help="Base-URL mode: origin-form requests mean this upstream, e.g. "
+            "https://api.openai.com (proxy-mode requests are served too).",
+        ),
+        click.option(
+            "--pace",
+            default="fast",
+            show_default=True,
+            metavar="fast|recorded|FACTOR",
+            help="fast: no waiting; recorded: the recorded timing; a factor scales it "
+            "(0.5 = half the recorded waits).",
+        ),
+        click.option(
+            "--on-miss",
+            type=click.Choice(["error", "forward"]),
+            default="error",
+            show_default=True,
+            help="error: answer an unrecorded request with a 404 SDKs do not retry; "
+            "forward: send it upstream and record it with --record-new.",
+        ),
+        click.option(
+            "--record-new",
+            type=click.Path(dir_okay=False),
+            metavar="PATH",
+            help="With --on-miss forward: the new tape that forwarded misses go to.",
+        ),
+        click.option(
+            "--upstream-ca",
+            type=click.Path(exists=True, dir_okay=False),
+            help="With --on-miss forward: also trust this CA upstream.",
+        ),
+        click.option(
+            "--ignore-header",
+            multiple=True,
+            metavar="NAME",
+            help="Leave this request header out of matching (repeatable).",
+        ),
+        click.option(
+            "--ignore-json-path",
+            multiple=True,
+            metavar="PATH",
+            help="Leave this JSON body field out of matching, e.g. metadata.run_id or "
+            "messages[*].id (repeatable).",
+        ),
+        click.option(
+            "--strict-order",
+            is_flag=True,
+            help="Requests arriving in another order than recorded are a divergence.",
+        ),
+        click.option(
+            "--allow-repeats",
+            is_flag=True,
+            help="Serve the last recorded answer again when an identical request comes "
+            "more often than recorded (else it is a miss).",
+        ),
+        click.option(
+            "--report",
+            type=click.Path(dir_okay=False),
+            metavar="PATH",
+            help="Also write the divergence report as JSON to PATH.",
+        ),
+        click.option("--quiet", "-q", is_flag=True, help="No line per request on stderr."),
+    ]
+
+    def apply(command):
+        for option in reversed(options):
+            command = option(command)
+        return command
+
+    return apply
+
+
+def _replay_config(tape: str, **options):
+    from pathlib import Path
+
+    from .matching import MatchRules
+    from .recording import parse_reverse
+    from .replay_session import ReplayConfig
+
+    host, port = _parse_listen(options["listen"])
+    reverse = options["reverse"]
+    if reverse is not None:
+        try:
+            reverse = parse_reverse(reverse)
+        except ValueError as exc:
+            fail(str(exc))
+    forward = options["on_miss"] == "forward"
+    if forward != (options["record_new"] is not None):
+        fail("--on-miss forward and --record-new PATH go together")
+    try:
+        rules = MatchRules.build(options["ignore_header"], options["ignore_json_path"])
+    except ValueError as exc:
+        fail(f"--ignore-json-path: {exc}")
+    return ReplayConfig(
+        tape=Path(tape),
+        home=_home(),
+        listen_host=host,
+        listen_port=port,
+        reverse=reverse,
+        pace=_parse_pace(options["pace"]),
+        rules=rules,
+        strict_order=options["strict_order"],
+        allow_repeats=options["allow_repeats"],
+        record_new=Path(options["record_new"]) if options["record_new"] else None,
+        upstream_ca=Path(options["upstream_ca"]) if options["upstream_ca"] else None,
+        report=Path(options["report"]) if options["report"] else None,
+        quiet=options["quiet"],
+    )
+
+
+@main.command()
+@click.argument("tape", type=TAPE)
+@click.argument("command", nargs=-1, required=True, type=click.UNPROCESSED)
+@_replay_options("127.0.0.1:0")
+def replay(tape: str, command: tuple[str, ...], **options) -> None:
+    """Serve TAPE offline and run COMMAND against it: wiretape replay TAPE -- COMMAND ...
+
+    COMMAND gets the same environment `record` gives it. Prints the divergence
+    report; exits 1 on divergence, else with COMMAND's exit code (3 if TAPE is invalid).
+    """
+    from .replay_session import replay_session
+
+    config = _replay_config(tape, **options)
+    _check_command(command[0])
+    sys.exit(replay_session(config, list(command)))
+
+
+@main.command()
+@click.argument("tape", type=TAPE)
+@_replay_options("127.0.0.1:8080")
+def serve(tape: str, **options) -> None:
+    """Serve TAPE offline until Ctrl-C or SIGTERM, then print the divergence report.
+
+    The first line on stdout is the address served (so --listen 127.0.0.1:0 works
+    from scripts). Exits 1 if the requests diverged from the tape, 3 if TAPE is invalid.
+    """
+    from .replay_session import replay_session
+
+    sys.exit(replay_session(_replay_config(tape, **options), []))
+
+
+@main.command()
+@click.argument("recorded", type=TAPE)
+@click.argument("new", type=TAPE)
+@click.option("--json", "as_json", is_flag=True, help="Print the report as one JSON object.")
+@click.option("--ignore-header", multiple=True, metavar="NAME", help="As for replay.")
+@click.option("--ignore-json-path", multiple=True, metavar="PATH", help="As for replay.")
+@click.option("--strict-order", is_flag=True, help="As for replay.")
+def diff(
+    recorded: str,
+    new: str,
+    as_json: bool,
+    ignore_header: tuple[str, ...],
+    ignore_json_path: tuple[str, ...],
+    strict_order: bool,
+) -> None:
+    """Compare the request streams of two tapes: where NEW parts from RECORDED, and how.
+
+    Exits 0 when identical, 1 when they diverge, 3 when a tape is invalid.
+    """
+    from .compare import compare_tapes
+    from .matching import MatchRules
+
+    try:
+        rules = MatchRules.build(ignore_header, ignore_json_path)
+    except ValueError as exc:
+        fail(f"--ignore-json-path: {exc}")
+    try:
+        report = compare_tapes(recorded, new, rules, _home(), strict_order=strict_order)
+    except TapeError as exc:
+        fail(str(exc), EXIT_TAPE_INVALID)
+    if as_json:
+        click.echo(orjson.dumps(report.to_json(), option=orjson.OPT_INDENT_2).decode())
+    else:
+        click.echo(report.to_text())
+    sys.exit(EXIT_DIVERGED if report.diverged else EXIT_OK)
