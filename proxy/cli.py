@@ -559,3 +559,12 @@ def diff(
     else:
         click.echo(report.to_text())
     sys.exit(EXIT_DIVERGED if report.diverged else EXIT_OK)
+
+
+@main.command()
+def demo() -> None:
+    """Record a bundled example agent against a bundled fake LLM, replay it offline,
+    then change its prompt and show the divergence report. No key, no network."""
+    from .demo import run_demo
+
+    sys.exit(run_demo())

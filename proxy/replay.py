@@ -105,11 +105,8 @@ class Replayer:
     # -- loading ------------------------------------------------------------------------
 
     def _index(self) -> tuple[Header, list[Recorded]]:
-        """Verify the whole tape (raising TapeError) and index its exchanges."""
-        recorded: list[Recorded] = []
-        self._queues: dict[bytes, deque[Recorded]] = {}
-        self._last: dict[bytes, Recorded] = {}
-        self._routes: dict[tuple[str, str, str], list[Recorded]] = {}
+        """Verify the whole tape (raising TapeError) and index its exchanges by match key."""
+        recorded: list[tuple[bytes, Recorded]] = []
         with TapeReader(self.path) as reader:
             for exchange in reader:
                 key = match_key(exchange.request, self.rules)
@@ -120,17 +117,20 @@ class Replayer:
                     exchange.request.method,
                     exchange.request.url,
                 )
-                recorded.append(entry)
+                recorded.append((_digest(key), entry))
             header = reader.header
-        recorded.sort(key=lambda r: r.seq)
         with open(self.path, "rb") as file:
             self._data = mmap.mmap(file.fileno(), 0, access=mmap.ACCESS_READ)
-        for entry in recorded:
-            digest = _digest(match_key(self._decode_uncached(entry.span).request, self.rules))
+        # Identical requests are served in recorded (arrival) order, not file order.
+        recorded.sort(key=lambda pair: pair[1].seq)
+        self._queues: dict[bytes, deque[Recorded]] = {}
+        self._last: dict[bytes, Recorded] = {}
+        self._routes: dict[tuple[str, str, str], list[Recorded]] = {}
+        for digest, entry in recorded:
             self._queues.setdefault(digest, deque()).append(entry)
             self._last[digest] = entry
             self._routes.setdefault(entry.route, []).append(entry)
-        return header, recorded
+        return header, [entry for _, entry in recorded]
 
     # -- serving ------------------------------------------------------------------------
 

@@ -1,0 +1,5 @@
+"""`python -m wiretape`: the same as the `wiretape` command."""
+
+from .cli import main
+
+main()
