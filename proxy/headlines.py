@@ -65,22 +65,19 @@ def _message_phrase(diff: FieldDiff, top: str, recorded: Any, new: Any) -> str:
 
 
 def _tool_phrase(diff: FieldDiff, recorded: Any, new: Any) -> str:
-    match = _INDEX.match(diff.path)
-    if match is None:
-        return f"tools {diff.change}"
-    index = int(match.group(2))
     old_tools, new_tools = _tools(recorded), _tools(new)
-    old_name = old_tools[index][0] if index < len(old_tools) else None
-    new_name = new_tools[index][0] if index < len(new_tools) else None
+    prefixes = [p for p in {*old_tools, *new_tools} if _under(diff.path, p)]
+    if not prefixes:
+        return f"tools {diff.change}"
+    prefix = max(prefixes, key=len)
+    old_name, new_name = old_tools.get(prefix), new_tools.get(prefix)
     if old_name != new_name:
-        old_names = {name for name, _ in old_tools}
-        new_names = {name for name, _ in new_tools}
-        if new_name is not None and new_name not in old_names:
+        if new_name is not None and new_name not in old_tools.values():
             return f"tool {new_name} added"
-        if old_name is not None and old_name not in new_names:
+        if old_name is not None and old_name not in new_tools.values():
             return f"tool {old_name} removed"
         return "tools reordered"
-    rest = diff.path[match.end() :]
+    rest = diff.path[len(prefix) :]
     for part, label in (
         ("parameters", "parameters"),
         ("input_schema", "parameters"),
@@ -91,20 +88,27 @@ def _tool_phrase(diff: FieldDiff, recorded: Any, new: Any) -> str:
     return f"tool {old_name} changed"
 
 
-def _tools(body: Any) -> list[tuple[str, Any]]:
-    """(name, definition) of each tool in an OpenAI chat/Responses, Anthropic or Gemini body."""
+def _under(path: str, prefix: str) -> bool:
+    return path == prefix or path.startswith((prefix + ".", prefix + "["))
+
+
+def _tools(body: Any) -> dict[str, str]:
+    """Each tool's JSON path and name, in an OpenAI chat or Responses, Anthropic or Gemini
+    body. Gemini groups declarations in one tool: each declaration counts as a tool."""
     tools = body.get("tools") if isinstance(body, dict) else None
-    named = []
-    for tool in tools if isinstance(tools, list) else []:
+    named: dict[str, str] = {}
+    for index, tool in enumerate(tools if isinstance(tools, list) else []):
+        path = f"tools[{index}]"
         if not isinstance(tool, dict):
-            named.append(("?", tool))
+            named[path] = "?"
         elif isinstance(tool.get("function"), dict):  # OpenAI chat
-            named.append((str(tool["function"].get("name")), tool))
+            named[path] = str(tool["function"].get("name"))
         elif isinstance(tool.get("functionDeclarations"), list):  # Gemini
-            names = [str(d.get("name")) for d in tool["functionDeclarations"]]
-            named.append((",".join(names), tool))
+            for position, declaration in enumerate(tool["functionDeclarations"]):
+                name = declaration.get("name") if isinstance(declaration, dict) else "?"
+                named[f"{path}.functionDeclarations[{position}]"] = str(name)
         else:  # OpenAI Responses, Anthropic
-            named.append((str(tool.get("name", tool.get("type", "?"))), tool))
+            named[path] = str(tool.get("name", tool.get("type", "?")))
     return named
 
 
