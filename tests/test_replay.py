@@ -266,3 +266,105 @@ def test_diff_aligns_two_tapes_and_names_the_first_divergence(tmp_path, env):
     verdict = orjson.loads(differs.stdout)
     assert verdict["diverged"] is True and verdict["first_divergence"] == 1
     assert verdict["misses"][0]["headline"] == "model changed"
+
+
+def test_recorded_upstream_failures_replay_as_the_same_failure(tmp_path, env, upstream):
+    import socket
+
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        dead = probe.getsockname()[1]
+    code = (
+        "import httpx\n"
+        "for url in ("
+        + repr(f"https://127.0.0.1:{dead}/x")
+        + ", "
+        + repr(upstream.url + "/fake/reset?after=2&interval_ms=10")
+        + "):\n"
+        "    got = b''\n"
+        "    try:\n"
+        "        with httpx.stream('GET', url) as r:\n"
+        "            for piece in r.iter_raw(): got += piece\n"
+        "        print('whole', len(got))\n"
+        "    except httpx.HTTPError as exc:\n"
+        "        print('failed after', got.count(b'data:'), 'events')\n"
+    )
+    tape = tmp_path / "failures.tape"
+    recorded = record(tape, [sys.executable, "-c", code], env, upstream)
+    assert recorded.stdout.splitlines() == ["failed after 0 events", "failed after 2 events"]
+    replayed = replay(tape, [sys.executable, "-c", code], env)
+    assert replayed.returncode == 0, replayed.stderr
+    assert replayed.stdout == recorded.stdout
+
+
+def test_sixty_four_concurrent_streams_replay_whatever_the_arrival_order(tmp_path, env, upstream):
+    code = (
+        "import asyncio, httpx, random\n"
+        "async def one(client, n):\n"
+        "    await asyncio.sleep(random.random() / 20)\n"
+        f"    r = await client.get({upstream.url!r} + f'/fake/sse?events=5&id={{n}}')\n"
+        "    return r.text\n"
+        "async def main():\n"
+        "    limits = httpx.Limits(max_connections=64)\n"
+        "    async with httpx.AsyncClient(limits=limits, timeout=60) as client:\n"
+        "        texts = await asyncio.gather(*(one(client, n) for n in range(64)))\n"
+        "    print(sum(t.count('data:') for t in texts), len(set(texts)))\n"
+        "asyncio.run(main())\n"
+    )
+    tape = tmp_path / "many.tape"
+    recorded = record(tape, [sys.executable, "-c", code], env, upstream)
+    assert recorded.stdout.split() == ["320", "64"] or recorded.stdout.split()[0] == "320"
+    upstream.clear()
+    replayed = replay(tape, [sys.executable, "-c", code], env, "-q")
+    assert replayed.returncode == 0, replayed.stderr
+    assert replayed.stdout == recorded.stdout
+    assert upstream.request_count == 0
+
+
+def test_pace_recorded_keeps_the_gaps_and_fast_does_not(tmp_path, env, upstream):
+    code = (
+        "import httpx, time\n"
+        f"with httpx.stream('GET', {upstream.url!r} + '/fake/sse?events=5&interval_ms=60') as r:\n"
+        "    arrivals = [time.monotonic() for _ in r.iter_raw()]\n"
+        "print(round(arrivals[-1] - arrivals[0], 2))\n"
+    )
+    tape = tmp_path / "paced.tape"
+    record(tape, [sys.executable, "-c", code], env, upstream)
+    fast = replay(tape, [sys.executable, "-c", code], env)
+    paced = replay(tape, [sys.executable, "-c", code], env, "--pace", "recorded")
+    assert fast.returncode == paced.returncode == 0
+    assert float(fast.stdout) < 0.12  # the four recorded gaps of 60 ms are skipped
+    assert float(paced.stdout) >= 0.2  # and kept (loosely: this box is shared)
+
+
+def test_on_miss_forward_records_the_new_requests_on_a_new_tape(tmp_path, env, upstream):
+    first = f"import httpx; print(httpx.get({upstream.url!r} + '/fake/json?size=10').status_code)"
+    both = (
+        f"import httpx\nprint(httpx.get({upstream.url!r} + '/fake/json?size=10').status_code)\n"
+        f"print(httpx.get({upstream.url!r} + '/fake/json?size=99').status_code)\n"
+    )
+    tape, grown = tmp_path / "base.tape", tmp_path / "new.tape"
+    record(tape, [sys.executable, "-c", first], env, upstream)
+    upstream.clear()
+    result = replay(
+        tape,
+        [sys.executable, "-c", both],
+        env,
+        "--on-miss",
+        "forward",
+        "--record-new",
+        str(grown),
+        "--upstream-ca",
+        upstream.ca_path,
+    )
+    assert result.stdout.split() == ["200", "200"], result.stderr
+    assert upstream.request_count == 1  # only the miss went upstream
+    from wiretape.tapes import load_tape
+
+    (added,) = load_tape(grown).exchanges
+    assert added.request.url.endswith("/fake/json?size=99")
+    assert added.response.status == 200
+    assert (
+        wiretape("replay", str(tape), "--record-new", str(grown), "--", "true", env=env).returncode
+        == 2
+    )
