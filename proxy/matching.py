@@ -13,41 +13,34 @@ from urllib.parse import parse_qsl, urlsplit
 
 import orjson
 
-from .redact import SECRET_QUERY_PARAMS
+from .redact import SECRET_HEADERS, SECRET_QUERY_PARAMS
 from .tapes import Request
 
-# Headers that change from run to run without changing what is asked: credentials, client
-# identity and retry bookkeeping, transport framing, tracing, idempotency keys.
-VOLATILE_HEADERS = frozenset(
-    {
-        "authorization",
-        "proxy-authorization",
-        "x-api-key",
-        "api-key",
-        "x-goog-api-key",
-        "cookie",
-        "user-agent",
-        "host",
-        "content-length",
-        "transfer-encoding",
-        "connection",
-        "keep-alive",
-        "proxy-connection",
-        "te",
-        "expect",
-        "accept-encoding",
-        "date",
-        "traceparent",
-        "tracestate",
-        "baggage",
-        "sentry-trace",
-        "x-request-id",
-        "x-client-request-id",
-        "x-amzn-trace-id",
-        "idempotency-key",
-        "x-idempotency-key",
-    }
-)
+# Headers that change from run to run without changing what is asked: credentials (every
+# header the redactor treats as secret), client identity and retry bookkeeping, transport
+# framing, tracing, idempotency keys.
+VOLATILE_HEADERS = frozenset(SECRET_HEADERS) | {
+    "user-agent",
+    "host",
+    "content-length",
+    "transfer-encoding",
+    "connection",
+    "keep-alive",
+    "proxy-connection",
+    "te",
+    "expect",
+    "accept-encoding",
+    "date",
+    "traceparent",
+    "tracestate",
+    "baggage",
+    "sentry-trace",
+    "x-request-id",
+    "x-client-request-id",
+    "x-amzn-trace-id",
+    "idempotency-key",
+    "x-idempotency-key",
+}
 VOLATILE_HEADER_PREFIXES = ("x-stainless-", "x-datadog-", "x-b3-", ":")
 # A redaction placeholder's tag depends on the machine's redaction key; its kind does not.
 _PLACEHOLDER_TAG = re.compile(r"(\[REDACTED:[a-z0-9-]+):[0-9a-f]+\]")

@@ -16,6 +16,17 @@ from wiretape.fake_upstream import FakeUpstream
 WIRETAPE = str(Path(sys.executable).with_name("wiretape"))
 PYCLIENT = str(Path(__file__).parent / "clients" / "pyclient.py")
 COMMAND_TIMEOUT = 120
+# The scenarios of tests/clients/pyclient.py, one per client library and API shape.
+SCENARIOS = [
+    "openai-chat",
+    "openai-stream",
+    "openai-tools",
+    "openai-async-stream",
+    "openai-responses",
+    "anthropic",
+    "httpx-sse",
+    "requests-json",
+]
 
 # Variables from the machine that would route or trust differently than a test intends.
 _SCRUBBED = (

@@ -13,19 +13,8 @@ from pathlib import Path
 
 import orjson
 import pytest
-from conftest import WIRETAPE, direct_env, pyclient, run, wiretape
+from conftest import SCENARIOS, WIRETAPE, direct_env, pyclient, run, wiretape
 from wiretape.tapes import TruncatedTapeError, load_tape, verify_tape
-
-SCENARIOS = [
-    "openai-chat",
-    "openai-stream",
-    "openai-tools",
-    "openai-async-stream",
-    "openai-responses",
-    "anthropic",
-    "httpx-sse",
-    "requests-json",
-]
 
 
 def record(tape: Path, command: list[str], env, upstream, *options: str):

@@ -10,20 +10,9 @@ from pathlib import Path
 
 import orjson
 import pytest
-from conftest import WIRETAPE, direct_env, pyclient, run, wiretape
+from conftest import SCENARIOS, WIRETAPE, direct_env, pyclient, run, wiretape
 from wiretape.fake_upstream import FakeUpstream
 from wiretape.tapes import Exchange, Request, Response, TapeWriter
-
-REPLAYED = [
-    "openai-chat",
-    "openai-stream",
-    "openai-tools",
-    "openai-async-stream",
-    "openai-responses",
-    "anthropic",
-    "httpx-sse",
-    "requests-json",
-]
 
 
 def record(tape: Path, command: list[str], env, upstream, *options: str):
@@ -46,7 +35,7 @@ def replay(tape: Path, command: list[str], env, *options: str):
     return wiretape("replay", str(tape), *options, "--", *command, env=env)
 
 
-@pytest.mark.parametrize("scenario", REPLAYED)
+@pytest.mark.parametrize("scenario", SCENARIOS)
 def test_replay_gives_the_recorded_output_and_sends_nothing_upstream(
     scenario, tmp_path, env, upstream
 ):
