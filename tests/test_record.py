@@ -189,14 +189,13 @@ def test_the_command_exit_code_is_passed_on(tmp_path, env, upstream):
 def test_sigterm_goes_to_the_command_and_the_tape_is_sealed(tmp_path, env, upstream):
     tape = tmp_path / "term.tape"
     process = subprocess.Popen(
-        [WIRETAPE, "record", str(tape), "--", "sleep", "30"],
+        [WIRETAPE, "record", str(tape), "--", "sh", "-c", "echo running; exec sleep 30"],
         env=env,
-        stderr=subprocess.PIPE,
+        stdout=subprocess.PIPE,
         text=True,
     )
     try:
-        _wait_for(lambda: tape.exists() and tape.stat().st_size > 0)
-        time.sleep(1.5)  # let the proxy start and the child run
+        assert process.stdout.readline() == "running\n"  # the proxy is up, the child runs
         process.send_signal(signal.SIGTERM)
         code = process.wait(timeout=20)
     finally:
