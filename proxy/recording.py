@@ -9,6 +9,7 @@ module-level context.
 from __future__ import annotations
 
 import asyncio
+import gc
 import logging
 import os
 from dataclasses import dataclass, field
@@ -134,6 +135,10 @@ class RecordingProxy:
             )
         host, port, *_ = ps.listen_addrs()[0]
         self.address = (host, port)
+        # mitmproxy leaves ~80k long-lived objects from start-up; every full collection
+        # walked them all, a 100 ms pause each ~1,200 requests (the p99 at C=16).
+        gc.collect()
+        gc.freeze()
 
     async def stop(self) -> None:
         """Close the listening socket, end the master, record what was in flight, seal."""
