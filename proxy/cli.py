@@ -319,28 +319,16 @@ def env(listen: str, reverse: str | None, fmt: str) -> None:
 
     \b
     eval "$(wiretape env --listen 127.0.0.1:8080)"
+
+    Proxy mode also puts the client shims in place (PYTHONPATH, NODE_OPTIONS,
+    NODE_USE_ENV_PROXY). sh and fish put them before the shell's own PYTHONPATH and
+    NODE_OPTIONS; dotenv and json print final values, joined to the ones this command sees.
     """
-    from .client_shims.environment import client_environment
+    from .client_shims.environment import format_environment, wiretape_variables
 
     host, port = _parse_listen(listen)
-    variables = client_environment(f"http://{_url_host(host)}:{port}", reverse, _home())
+    variables = wiretape_variables(f"http://{_url_host(host)}:{port}", reverse, _home())
     click.echo(format_environment(variables, fmt), nl=False)
-
-
-def format_environment(variables: dict[str, str], fmt: str) -> str:
-    import shlex
-
-    if fmt == "json":
-        return orjson.dumps(variables, option=orjson.OPT_INDENT_2).decode() + "\n"
-    lines = []
-    for name, value in variables.items():
-        if fmt == "sh":
-            lines.append(f"export {name}={shlex.quote(value)}")
-        elif fmt == "fish":
-            lines.append(f"set -gx {name} {shlex.quote(value)}")
-        else:
-            lines.append(f"{name}={value}")
-    return "\n".join(lines) + "\n"
 
 
 def _url_host(host: str) -> str:
@@ -568,3 +556,66 @@ def demo() -> None:
     from .demo import run_demo
 
     sys.exit(run_demo())
+
+
+@main.command()
+@click.argument("command", nargs=-1, type=click.UNPROCESSED)
+@click.option(
+    "--listen",
+    default="127.0.0.1:8080",
+    show_default=True,
+    metavar="HOST:PORT",
+    help="Where the wiretape to check listens (record or serve --listen).",
+)
+def doctor(command: tuple[str, ...], listen: str) -> None:
+    """Check that clients here can reach a running wiretape and trust its CA.
+
+    \b
+    One line per check: the CA and its bundle, the proxy at --listen, and
+    whether python3, node and curl (those on PATH) trust wiretape's CA with the
+    variables `wiretape env` sets. With -- COMMAND ARGS...: also run COMMAND with
+    those variables and say which of its connections went through the proxy.
+    Exits 0 when every check passes, 1 when something is missing.
+    """
+    from .doctor import run_doctor
+
+    host, port = _parse_listen(listen)
+    if command:
+        _check_command(command[0])
+    sys.exit(run_doctor(host, port, _home(), list(command), out=click.echo))
+
+
+@main.group()
+def shims() -> None:
+    """The client shims that make clients use the proxy (see `wiretape env`).
+
+    \b
+    Python: a sitecustomize on PYTHONPATH makes aiohttp read the proxy variables.
+    Node: a preload in NODE_OPTIONS routes fetch() and http/https through the
+    proxy on Node 18 to 22 (Node 24 does it itself); fetch() needs undici, which
+    `wiretape shims install node` installs from the npm registry.
+    """
+
+
+@shims.command("install")
+@click.argument("runtime", type=click.Choice(["node"]))
+def shims_install(runtime: str) -> None:
+    """Install what a shim needs: for node, undici into $WIRETAPE_HOME/node.
+
+    Runs `npm install --prefix $WIRETAPE_HOME/node undici@6`. Exits 1 if npm fails.
+    """
+    import os
+    import shutil
+    import subprocess
+
+    from .client_shims.installs import installed_undici, npm_environment, npm_install_command
+
+    npm = shutil.which("npm")
+    if npm is None:
+        fail("npm not found on PATH: install Node.js with npm, then run this again")
+    home = _home()
+    args = npm_install_command(npm, home)
+    click.echo(f"wiretape: {' '.join(args)}", err=True)
+    if subprocess.run(args, env=npm_environment(dict(os.environ))).returncode != 0:
+        fail("npm could not install undici (its own message is above)", 1)
+    click.echo(f"undici {installed_undici(home)} installed for the Node preload in {home / 'node'}")
