@@ -44,6 +44,9 @@ STOP_TIMEOUT = 2.0
 MAX_PIPELINED = 64
 # How long a reset waits for the partial body to leave the kernel: the reset discards the rest.
 RESET_FLUSH_TIMEOUT = 1.0
+# Event-loop timers fire on a millisecond grid, up to 1 ms late: aiming half a millisecond
+# early centres a paced chunk on its recorded offset.
+TIMER_LEAD = 0.0005
 
 DEFAULT_PORTS = {"http": 80, "https": 443}
 # Per-connection headers describe the recorded connection, not this one; the framing
@@ -67,9 +70,6 @@ RESET_KINDS = frozenset({"reset", "protocol", "aborted"})
 
 TLS_HANDSHAKE = 0x16  # the first byte of a TLS record carrying a ClientHello
 H2_PREFACE = b"PRI * HTTP/2.0"
-# An empty SETTINGS frame, then GOAWAY (last stream 0, HTTP_1_1_REQUIRED): how an HTTP/2
-# endpoint tells a prior-knowledge client to use HTTP/1.1 instead (RFC 9113, 7).
-H2_USE_HTTP11 = bytes.fromhex("000000040000000000" + "0000080700000000000000000000000d")
 
 # How an answer's body is delimited, besides a Content-Length (any int >= 0).
 CHUNKED = -1
@@ -80,6 +80,16 @@ _log = logging.getLogger(__name__)
 _REASONS = {status.value: status.phrase for status in http.HTTPStatus}
 _TIOCOUTQ = 0x5411  # Linux: bytes the kernel has not yet sent on a socket
 _LINGER_RESET = struct.pack("ii", 1, 0)
+
+
+def _h2_frame(kind: int, payload: bytes) -> bytes:
+    """An HTTP/2 frame on stream 0 without flags (RFC 9113, 4.1)."""
+    return len(payload).to_bytes(3, "big") + bytes([kind, 0]) + bytes(4) + payload
+
+
+# An empty SETTINGS frame, then GOAWAY (last stream 0, HTTP_1_1_REQUIRED): how an HTTP/2
+# endpoint tells a prior-knowledge client to use HTTP/1.1 instead (RFC 9113, 7).
+H2_USE_HTTP11 = _h2_frame(0x4, b"") + _h2_frame(0x7, bytes(4) + (0xD).to_bytes(4, "big"))
 
 
 class ReplayServer:
@@ -111,7 +121,7 @@ class ReplayServer:
         self.pace = pace
         self.reverse_origin = None if reverse is None else reverse_origin(reverse)
         self._server: asyncio.Server | None = None
-        self._connections: set[_Connection] = set()
+        self.connections: set[_Connection] = set()  # the open client connections
         self._issuer: LeafIssuer | None = None
         self.heads = _HeadCache()
         self._loop: asyncio.AbstractEventLoop | None = None
@@ -142,7 +152,7 @@ class ReplayServer:
         if server is None:
             return
         server.close()
-        for connection in list(self._connections):
+        for connection in list(self.connections):
             connection.abort()
         await asyncio.sleep(0)  # let the aborted transports run connection_lost
         with suppress(TimeoutError):
@@ -171,6 +181,7 @@ class ReplayServer:
             try:
                 loop.run_forever()
             finally:
+                _cancel_leftovers(loop)
                 loop.close()
 
         self._loop = loop
@@ -324,10 +335,10 @@ class _Connection(asyncio.Protocol):
         if not self.server.serving:
             transport.abort()  # type: ignore[attr-defined]
             return
-        self.server._connections.add(self)
+        self.server.connections.add(self)
 
     def connection_lost(self, exc: Exception | None) -> None:
-        self.server._connections.discard(self)
+        self.server.connections.discard(self)
         self.closing = True
         if self.responder is not None:
             self.responder.cancel()
@@ -370,6 +381,14 @@ class _Connection(asyncio.Protocol):
 
     def on_header(self, name: bytes, value: bytes) -> None:
         self._headers.append((name.decode("latin-1"), value.decode("latin-1")))
+        if len(name) == 6 and name.lower() == b"expect":
+            self._continue(value)
+
+    def _continue(self, expectation: bytes) -> None:
+        # curl waits a second for a "100 Continue" before it sends a body of over 1 KB.
+        # Not while earlier answers are due: it would overtake them.
+        if expectation.lower() == b"100-continue" and not self.queue:
+            self.out.write(b"HTTP/1.1 100 Continue\r\n\r\n")
 
     def on_body(self, body: bytes) -> None:
         self._body.append(body)
@@ -492,7 +511,7 @@ class _Connection(asyncio.Protocol):
             # The fast path: the handler answered without waiting, nothing is ahead in line.
             failure = task.exception()
             exchange = _handler_failure(failure) if failure else task.result()
-            if exchange.error is None and exchange.response is not None:
+            if type(exchange) is Exchange and exchange.error is None and exchange.response:
                 self._send_whole(reply, exchange.response)
                 if not reply.keep_alive:  # asked by the client, or an HTTP/1.0 stream's end
                     self._close()
@@ -583,10 +602,11 @@ class _Connection(asyncio.Protocol):
                 exchange = _handler_failure(exc)  # the handler cancelled itself
             except Exception as exc:
                 exchange = _handler_failure(exc)
-        response, error = exchange.response, exchange.error
-        if response is None and error is None:
+        if not isinstance(exchange, Exchange):
+            exchange = _handler_failure(TypeError(f"the handler returned {exchange!r:.80}"))
+        elif exchange.response is None and exchange.error is None:
             exchange = _handler_failure(ValueError("an exchange with no response and no error"))
-            response = exchange.response
+        response, error = exchange.response, exchange.error
         if response is None:
             await self._fail_without_response(reply, exchange)
             return False
@@ -664,7 +684,7 @@ class _Connection(asyncio.Protocol):
         """Waits until `at_us` (scaled by pace) after the request arrived; no wait unpaced."""
         if at_us is None or not self.pace:
             return
-        delay = reply.received + at_us * self.pace / 1e6 - self.loop.time()
+        delay = reply.received + at_us * self.pace / 1e6 - self.loop.time() - TIMER_LEAD
         if delay > 0:
             await asyncio.sleep(delay)
 
@@ -850,3 +870,12 @@ def _handler_failure(exc: BaseException) -> Exchange:
 
 async def _awaited(awaitable: Awaitable[Exchange]) -> Exchange:
     return await awaitable
+
+
+def _cancel_leftovers(loop: asyncio.AbstractEventLoop) -> None:
+    # A handler still waiting when the loop stops would be destroyed pending, with a warning.
+    tasks = asyncio.all_tasks(loop)
+    for task in tasks:
+        task.cancel()
+    if tasks:
+        loop.run_until_complete(asyncio.gather(*tasks, return_exceptions=True))
