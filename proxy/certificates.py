@@ -12,6 +12,7 @@ import ipaddress
 import os
 import ssl
 import tempfile
+import threading
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
@@ -39,6 +40,7 @@ class LeafIssuer:
         self.home = home
         self._contexts: dict[str, ssl.SSLContext] = {}
         self._ca: _Authority | None = None
+        self._loading = threading.Lock()
 
     def context_for(self, host: str) -> ssl.SSLContext:
         context = self._contexts.get(host)
@@ -46,9 +48,16 @@ class LeafIssuer:
             context = self._contexts[host] = self._new_context(host)
         return context
 
+    def prepare(self) -> None:
+        """Load the CA and the leaf key now (0.2 s), e.g. from a thread while serving starts,
+        so the first tunnel does not wait for it."""
+        with self._loading:
+            if self._ca is None:
+                self._ca = _Authority.load(self.home)
+
     def _new_context(self, host: str) -> ssl.SSLContext:
-        if self._ca is None:
-            self._ca = _Authority.load(self.home)
+        self.prepare()
+        assert self._ca is not None
         chain = self._ca.issue(host)
         context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
         context.minimum_version = ssl.TLSVersion.TLSv1_2

@@ -226,11 +226,18 @@ class ReplayServer:
 
     def tls_context(self, host: str) -> ssl.SSLContext:
         """The server context for a tunnel to `host`; certificate work starts on first use."""
+        return self._leaf_issuer().context_for(host)
+
+    def prepare_tls(self) -> None:
+        """Do the certificate work the first tunnel would otherwise wait for. Thread-safe."""
+        self._leaf_issuer().prepare()
+
+    def _leaf_issuer(self) -> LeafIssuer:
         if self._issuer is None:
             from .certificates import LeafIssuer
 
             self._issuer = LeafIssuer(self.home)
-        return self._issuer.context_for(host)
+        return self._issuer
 
 
 def loop_factory() -> Callable[[], asyncio.AbstractEventLoop]:

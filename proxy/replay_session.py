@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import os
 import sys
 from dataclasses import dataclass, field
@@ -88,6 +89,8 @@ async def _replay(config: ReplayConfig, command: list[str]) -> int:
             f"cannot listen on {config.listen_host}:{config.listen_port}: {exc.strerror}",
             EXIT_USAGE,
         ) from None
+    if config.reverse is None:  # proxy mode: clients will tunnel with CONNECT and TLS
+        asyncio.get_running_loop().run_in_executor(None, _prepare_tls, server)
     try:
         if command:
             env = dict(os.environ)
@@ -115,6 +118,12 @@ async def _replay(config: ReplayConfig, command: list[str]) -> int:
     if config.report is not None:
         config.report.write_bytes(orjson.dumps(report.to_json(), option=orjson.OPT_INDENT_2))
     return EXIT_DIVERGED if report.diverged else code
+
+
+def _prepare_tls(server: ReplayServer) -> None:
+    # A failure here shows again, and is reported, on the first tunnel that needs it.
+    with contextlib.suppress(Exception):
+        server.prepare_tls()
 
 
 def _load(config: ReplayConfig) -> Replayer:
