@@ -54,7 +54,6 @@ from __future__ import annotations
 import argparse
 import asyncio
 import base64
-import concurrent.futures
 import functools
 import hashlib
 import http
@@ -77,6 +76,8 @@ from urllib.parse import parse_qs
 
 import orjson
 
+from .threaded import ThreadedServer, loop_factory
+
 __all__ = ["FakeUpstream", "ReceivedRequest", "fake_bytes", "main"]
 
 # A fixed clock keeps answers byte-identical from run to run.
@@ -90,7 +91,6 @@ MODELS = (
     ("claude-sonnet-4-6", "anthropic"),
     ("claude-haiku-4-5", "anthropic"),
 )
-START_TIMEOUT = 10.0
 STOP_TIMEOUT = 5.0
 
 _SSE = "text/event-stream; charset=utf-8"
@@ -125,11 +125,14 @@ class ReceivedRequest:
         return parse_qs(self.query, keep_blank_values=True)
 
 
-class FakeUpstream:
+class FakeUpstream(ThreadedServer):
     """The fake upstream server. Start it in a running loop, or in a thread of its own.
 
     `requests` and `request_count` may be read from any thread while it serves.
     """
+
+    thread_name = "wiretape-fake-upstream"
+    stop_timeout = STOP_TIMEOUT
 
     def __init__(
         self,
@@ -156,8 +159,6 @@ class FakeUpstream:
         self._server: asyncio.Server | None = None
         self._tasks: set[asyncio.Task[None]] = set()
         self._owned_dir: str | None = None
-        self._loop: asyncio.AbstractEventLoop | None = None
-        self._thread: threading.Thread | None = None
         self._routes: dict[str, tuple[tuple[str, ...], _Route]] = {
             "/v1/chat/completions": (("POST",), self._chat_completions),
             "/v1/responses": (("POST",), self._responses),
@@ -240,59 +241,6 @@ class FakeUpstream:
         if self._owned_dir is not None:
             shutil.rmtree(self._owned_dir, ignore_errors=True)
             self._owned_dir = None
-
-    def start_in_thread(self) -> FakeUpstream:
-        """Serve from a daemon thread with its own event loop; returns once listening."""
-        if self._thread is not None:
-            raise RuntimeError("the fake upstream is already running in a thread")
-        loop = _loop_factory()()
-        started: concurrent.futures.Future[None] = concurrent.futures.Future()
-
-        def run() -> None:
-            asyncio.set_event_loop(loop)
-            try:
-                loop.run_until_complete(self.start())
-            except BaseException as exc:
-                started.set_exception(exc)
-                loop.close()
-                return
-            started.set_result(None)
-            try:
-                loop.run_forever()
-            finally:
-                _cancel_leftovers(loop)
-                loop.close()
-
-        thread = threading.Thread(target=run, name="wiretape-fake-upstream", daemon=True)
-        self._loop, self._thread = loop, thread
-        thread.start()
-        try:
-            started.result(timeout=START_TIMEOUT)
-        except BaseException:
-            self._loop = self._thread = None
-            raise
-        return self
-
-    def stop_thread(self) -> None:
-        loop, thread = self._loop, self._thread
-        if loop is None or thread is None:
-            return
-        self._loop = self._thread = None
-        try:
-            future = asyncio.run_coroutine_threadsafe(self.stop(), loop)
-            try:
-                future.result(timeout=2 * STOP_TIMEOUT + 1)
-            except TimeoutError:
-                future.cancel()
-        finally:
-            loop.call_soon_threadsafe(loop.stop)
-            thread.join(timeout=STOP_TIMEOUT)
-
-    def __enter__(self) -> FakeUpstream:
-        return self.start_in_thread()
-
-    def __exit__(self, *exc_info: object) -> None:
-        self.stop_thread()
 
     async def __aenter__(self) -> FakeUpstream:
         await self.start()
@@ -692,7 +640,7 @@ def main(argv: list[str] | None = None) -> int:
         cert_dir=args.cert_dir,
         keep_requests=False,  # nobody can read them from outside the process
     )
-    with asyncio.Runner(loop_factory=_loop_factory()) as runner:
+    with asyncio.Runner(loop_factory=loop_factory()) as runner:
         runner.run(_serve_until_signalled(upstream))
     return 0
 
@@ -1314,22 +1262,6 @@ def _key_usage(x509: Any, **allowed: bool) -> Any:
 
 
 # Event loops.
-
-
-def _loop_factory() -> Callable[[], asyncio.AbstractEventLoop]:
-    try:
-        import uvloop
-    except ImportError:
-        return asyncio.new_event_loop
-    return uvloop.new_event_loop
-
-
-def _cancel_leftovers(loop: asyncio.AbstractEventLoop) -> None:
-    tasks = asyncio.all_tasks(loop)
-    for task in tasks:
-        task.cancel()
-    if tasks:
-        loop.run_until_complete(asyncio.gather(*tasks, return_exceptions=True))
 
 
 async def _serve_until_signalled(upstream: FakeUpstream) -> None:

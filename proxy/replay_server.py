@@ -12,14 +12,12 @@ from __future__ import annotations
 
 import asyncio
 import collections
-import concurrent.futures
 import http
 import logging
 import socket
 import ssl
 import struct
 import sys
-import threading
 from collections.abc import Awaitable, Callable
 from contextlib import suppress
 from pathlib import Path
@@ -30,6 +28,7 @@ import httptools
 import orjson
 
 from .tapes import Exchange, Request, Response
+from .threaded import ThreadedServer, loop_factory
 
 if TYPE_CHECKING:
     from .certificates import LeafIssuer
@@ -38,7 +37,6 @@ __all__ = ["Handler", "ReplayServer", "loop_factory"]
 
 Handler = Callable[[Request], Awaitable[Exchange]]
 
-START_TIMEOUT = 10.0
 STOP_TIMEOUT = 2.0
 # A client that pipelines without reading its answers is stopped here, not buffered forever.
 MAX_PIPELINED = 64
@@ -92,7 +90,7 @@ def _h2_frame(kind: int, payload: bytes) -> bytes:
 H2_USE_HTTP11 = _h2_frame(0x4, b"") + _h2_frame(0x7, bytes(4) + (0xD).to_bytes(4, "big"))
 
 
-class ReplayServer:
+class ReplayServer(ThreadedServer):
     """Serves the `Exchange` that `handler` returns for each request, over HTTP/1.1.
 
     `reverse` (e.g. ``"https://api.openai.com"``) turns on base-URL mode: origin-form requests
@@ -100,6 +98,9 @@ class ReplayServer:
     tunnels are served in either mode. `pace` None answers at once; 1.0 reproduces the
     recorded timing, 0.5 halves it, 2.0 doubles it.
     """
+
+    thread_name = "wiretape-replay"
+    stop_timeout = STOP_TIMEOUT
 
     def __init__(
         self,
@@ -124,8 +125,6 @@ class ReplayServer:
         self.connections: set[_Connection] = set()  # the open client connections
         self._issuer: LeafIssuer | None = None
         self.heads = _HeadCache()
-        self._loop: asyncio.AbstractEventLoop | None = None
-        self._thread: threading.Thread | None = None
 
     @property
     def address(self) -> tuple[str, int]:
@@ -158,68 +157,6 @@ class ReplayServer:
         with suppress(TimeoutError):
             await asyncio.wait_for(server.wait_closed(), STOP_TIMEOUT)
 
-    def start_in_thread(self) -> ReplayServer:
-        """Serve from a daemon thread with its own event loop; returns once listening.
-
-        For synchronous callers (tests, a pytest plugin, a CLI running a child command).
-        The handler then runs on that thread.
-        """
-        if self._thread is not None:
-            raise RuntimeError("the replay server is already running in a thread")
-        loop = loop_factory()()
-        started: concurrent.futures.Future[None] = concurrent.futures.Future()
-
-        def run() -> None:
-            asyncio.set_event_loop(loop)
-            try:
-                loop.run_until_complete(self.start())
-            except BaseException as exc:
-                started.set_exception(exc)
-                loop.close()
-                return
-            started.set_result(None)
-            try:
-                loop.run_forever()
-            finally:
-                _cancel_leftovers(loop)
-                loop.close()
-
-        self._loop = loop
-        self._thread = threading.Thread(target=run, name="wiretape-replay", daemon=True)
-        self._thread.start()
-        try:
-            started.result(timeout=START_TIMEOUT)
-        except BaseException:
-            self._loop = self._thread = None
-            raise
-        return self
-
-    def stop_thread(self) -> None:
-        loop, thread = self._loop, self._thread
-        if loop is None or thread is None:
-            return
-        self._loop = self._thread = None
-        try:
-            stopped = asyncio.run_coroutine_threadsafe(self.stop(), loop)
-            with suppress(TimeoutError):
-                stopped.result(timeout=STOP_TIMEOUT + 1)
-        finally:
-            loop.call_soon_threadsafe(loop.stop)
-            thread.join(timeout=STOP_TIMEOUT)
-
-    def __enter__(self) -> ReplayServer:
-        return self.start_in_thread()
-
-    def __exit__(self, *exc_info: object) -> None:
-        self.stop_thread()
-
-    async def __aenter__(self) -> ReplayServer:
-        await self.start()
-        return self
-
-    async def __aexit__(self, *exc_info: object) -> None:
-        await self.stop()
-
     @property
     def serving(self) -> bool:
         return self._server is not None
@@ -238,15 +175,6 @@ class ReplayServer:
 
             self._issuer = LeafIssuer(self.home)
         return self._issuer
-
-
-def loop_factory() -> Callable[[], asyncio.AbstractEventLoop]:
-    """uvloop's loop when it is installed (it roughly doubles throughput), else asyncio's."""
-    try:
-        import uvloop
-    except ImportError:
-        return asyncio.new_event_loop
-    return uvloop.new_event_loop
 
 
 def reverse_origin(reverse: str) -> str:
@@ -877,12 +805,3 @@ def _handler_failure(exc: BaseException) -> Exchange:
 
 async def _awaited(awaitable: Awaitable[Exchange]) -> Exchange:
     return await awaitable
-
-
-def _cancel_leftovers(loop: asyncio.AbstractEventLoop) -> None:
-    # A handler still waiting when the loop stops would be destroyed pending, with a warning.
-    tasks = asyncio.all_tasks(loop)
-    for task in tasks:
-        task.cancel()
-    if tasks:
-        loop.run_until_complete(asyncio.gather(*tasks, return_exceptions=True))
