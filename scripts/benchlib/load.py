@@ -14,6 +14,7 @@ import selectors
 import socket
 import ssl
 import time
+from collections.abc import Iterator
 from dataclasses import dataclass
 
 __all__ = [
@@ -24,8 +25,11 @@ __all__ = [
     "client_context",
     "dial",
     "drive",
+    "drive_sequence",
     "percentile",
     "process_cpu_seconds",
+    "round_trip",
+    "stolen_seconds",
     "stream_events",
 ]
 
@@ -221,6 +225,40 @@ def drive(
     return Window(len(latencies), elapsed, latencies, client_cpu, proxy_cpu)
 
 
+def drive_sequence(connections: list[Connection], requests: Iterator[bytes]) -> int:
+    """Send every request of `requests`, one in flight per connection, until it runs out;
+    returns how many were answered. For walking a tape's requests, not for timing them."""
+    selector = selectors.DefaultSelector()
+    answered = 0
+    try:
+        active = 0
+        for connection in connections:
+            request = next(requests, None)
+            if request is None:
+                break
+            selector.register(connection.sock, selectors.EVENT_READ, connection)
+            connection.send(request)
+            active += 1
+        while active:
+            events = selector.select(timeout=STALL_SECONDS)
+            if not events:
+                raise TimeoutError(f"{connections[0].name}: no response in {STALL_SECONDS} s")
+            for key, _ in events:
+                connection = key.data
+                if not connection.receive():
+                    continue
+                answered += 1
+                request = next(requests, None)
+                if request is None:
+                    selector.unregister(connection.sock)
+                    active -= 1
+                else:
+                    connection.send(request)
+    finally:
+        selector.close()
+    return answered
+
+
 @dataclass(slots=True)
 class Stream:
     """One SSE response: when its first body byte came, and when each event completed."""
@@ -312,3 +350,34 @@ def process_cpu_seconds(pid: int) -> float:
         fields = file.read().rsplit(b")", 1)[1].split()
     # Fields 14 and 15 of stat(5); the split starts at field 3, the state.
     return (int(fields[11]) + int(fields[12])) / _CLOCK_TICKS
+
+
+def stolen_seconds() -> float:
+    """CPU time the hypervisor gave other guests instead of this machine, all CPUs together
+    (the "steal" column of /proc/stat; 0 on bare metal)."""
+    with open("/proc/stat", "rb") as file:
+        fields = file.readline().split()
+    return int(fields[8]) / _CLOCK_TICKS if len(fields) > 8 else 0.0
+
+
+def round_trip(address: tuple[str, int], count: int = 2000, size: int = 300) -> float:
+    """The median seconds for `size` bytes to go to an echo server and back, one at a time."""
+    sock = socket.create_connection(address, timeout=STALL_SECONDS)
+    try:
+        sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        message = b"x" * size
+        times = []
+        for _ in range(count):
+            started = time.perf_counter()
+            sock.sendall(message)
+            received = 0
+            while received < size:
+                data = sock.recv(65536)
+                if not data:
+                    raise ConnectionError("the echo server closed the connection")
+                received += len(data)
+            times.append(time.perf_counter() - started)
+    finally:
+        sock.close()
+    times.sort()
+    return times[len(times) // 2]
