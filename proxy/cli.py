@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import sys
 from typing import NoReturn
+from urllib.parse import urlsplit
 
 import click
 import orjson
@@ -187,6 +188,22 @@ def _parse_listen(value: str) -> tuple[str, int]:
     return host, int(port)
 
 
+def parse_reverse(url: str) -> str:
+    """Check a `--reverse` upstream and return it as scheme://host[:port]."""
+    split = urlsplit(url)
+    if split.scheme not in ("http", "https") or not split.hostname:
+        raise ValueError(
+            f"--reverse needs an http(s) URL such as https://api.openai.com, got {url!r}"
+        )
+    if split.path not in ("", "/") or split.query or split.fragment:
+        raise ValueError(f"--reverse takes only scheme, host and port, got {url!r}")
+    try:
+        split.port  # noqa: B018 (raises on a bad port)
+    except ValueError:
+        raise ValueError(f"--reverse has an invalid port: {url!r}") from None
+    return f"{split.scheme}://{split.netloc}"
+
+
 def _listen_option(default: str):
     return click.option(
         "--listen",
@@ -256,7 +273,7 @@ def record(
     """
     from pathlib import Path
 
-    from .recording import RecordingConfig, parse_reverse
+    from .recording import RecordingConfig
     from .session import record_session
 
     host, port = _parse_listen(listen)
@@ -447,7 +464,6 @@ def _replay_config(tape: str, **options):
     from pathlib import Path
 
     from .matching import MatchRules
-    from .recording import parse_reverse
     from .replay_session import ReplayConfig
 
     host, port = _parse_listen(options["listen"])

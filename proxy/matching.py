@@ -108,16 +108,22 @@ def _query(query: str) -> list[tuple[str, str]]:
     return pairs
 
 
+def keeps_header(name: str, rules: MatchRules) -> bool:
+    """Whether header `name` counts in a match key."""
+    lower = name.lower()
+    return not (
+        lower in VOLATILE_HEADERS
+        or lower in rules.ignore_headers
+        or lower.startswith(VOLATILE_HEADER_PREFIXES)
+    )
+
+
 def _headers(headers: list[tuple[str, str]], rules: MatchRules) -> list[tuple[str, str]]:
-    kept = []
-    for name, value in headers:
-        lower = name.lower()
-        if lower in VOLATILE_HEADERS or lower in rules.ignore_headers:
-            continue
-        if lower.startswith(VOLATILE_HEADER_PREFIXES):
-            continue
-        kept.append((lower, _PLACEHOLDER_TAG.sub(r"\1]", value)))
-    return kept
+    return [
+        (name.lower(), _PLACEHOLDER_TAG.sub(r"\1]", value))
+        for name, value in headers
+        if keeps_header(name, rules)
+    ]
 
 
 def _canonical_body(body: bytes, rules: MatchRules) -> Any:

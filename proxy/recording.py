@@ -14,7 +14,6 @@ import logging
 import os
 from dataclasses import dataclass, field
 from pathlib import Path
-from urllib.parse import urlsplit
 
 from .recorder import ExchangeListener, Recorder
 from .redact import Redactor
@@ -37,22 +36,6 @@ class RecordingConfig:
     redact: list[str] = field(default_factory=list)
     overwrite: bool = False
     fsync: FsyncPolicy = "batched"
-
-
-def parse_reverse(url: str) -> str:
-    """Check a `--reverse` upstream and return it as scheme://host[:port]."""
-    split = urlsplit(url)
-    if split.scheme not in ("http", "https") or not split.hostname:
-        raise ValueError(
-            f"--reverse needs an http(s) URL such as https://api.openai.com, got {url!r}"
-        )
-    if split.path not in ("", "/") or split.query or split.fragment:
-        raise ValueError(f"--reverse takes only scheme, host and port, got {url!r}")
-    try:
-        split.port  # noqa: B018 (raises on a bad port)
-    except ValueError:
-        raise ValueError(f"--reverse has an invalid port: {url!r}") from None
-    return f"{split.scheme}://{split.netloc}"
 
 
 class RecordingProxy:

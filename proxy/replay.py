@@ -20,7 +20,7 @@ from blake3 import blake3
 
 from .fielddiff import FieldDiff, diff_keys
 from .headlines import headline
-from .matching import MatchKey, MatchRules, match_key, parsed_body
+from .matching import MatchKey, MatchRules, keeps_header, match_key, parsed_body
 from .redact import Redactor
 from .tapes import Exchange, Header, Request, Response, TapeReader, exchange_at
 
@@ -101,6 +101,7 @@ class Replayer:
         self._served: set[int] = set()
         self._last_seq = 0
         self._decode = lru_cache(maxsize=512)(self._decode_uncached)
+        self._key = lru_cache(maxsize=1024)(self._key_uncached)
 
     # -- loading ------------------------------------------------------------------------
 
@@ -137,9 +138,10 @@ class Replayer:
     def lookup(self, request: Request) -> Exchange:
         """The recorded exchange that answers `request`, or an injected miss answer."""
         self.requests += 1
-        request = self.redactor.request(request)  # the tape holds redacted requests too
-        key = match_key(request, self.rules)
-        digest = _digest(key)
+        # Only what the match key keeps is redacted and keyed, and the result is remembered:
+        # agents repeat requests, and redaction is the costly part of a lookup.
+        kept = tuple(h for h in request.headers if keeps_header(h[0], self.rules))
+        key, digest = self._key(request.method, request.url, kept, request.body)
         queue = self._queues.get(digest)
         if queue:
             entry = queue.popleft()
@@ -149,8 +151,19 @@ class Replayer:
         if queue is not None and self.allow_repeats:
             self.repeats_served += 1
             return self._decode(self._last[digest].span)
-        miss = self._explain(request, key, repeat=queue is not None)
+        redacted = Request(
+            request.method, self.redactor.url(request.url), request.http_version, [], b""
+        )
+        miss = self._explain(redacted, key, repeat=queue is not None)
         return _miss_answer(miss, self.path)
+
+    def _key_uncached(
+        self, method: str, url: str, headers: tuple[tuple[str, str], ...], body: bytes
+    ) -> tuple[MatchKey, bytes]:
+        # The tape holds redacted requests, so the new one is redacted the same way.
+        redacted = self.redactor.request(Request(method, url, "", list(headers), body))
+        key = match_key(redacted, self.rules)
+        return key, _digest(key)
 
     def _note_order(self, entry: Recorded) -> None:
         self._served.add(entry.seq)
@@ -222,6 +235,7 @@ class Replayer:
 
     def close(self) -> None:
         self._decode.cache_clear()
+        self._key.cache_clear()
         self._data.close()
 
 

@@ -19,6 +19,7 @@ from .replay import Replayer
 from .replay_server import ReplayServer
 from .summary import format_line, summarize
 from .tapes import Exchange, Request, TapeError
+from .threaded import loop_factory
 
 EXIT_DIVERGED = 1
 EXIT_USAGE = 2
@@ -53,7 +54,8 @@ class ReplayConfig:
 def replay_session(config: ReplayConfig, command: list[str]) -> int:
     """Serve the tape; run `command` against it, or serve until a stop signal."""
     try:
-        return asyncio.run(_replay(config, command))
+        with asyncio.Runner(loop_factory=loop_factory()) as runner:
+            return runner.run(_replay(config, command))
     except ReplayError as exc:
         print(f"wiretape: {exc}", file=sys.stderr)
         return exc.code
