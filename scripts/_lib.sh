@@ -31,9 +31,11 @@ find_python() {
   return 1
 }
 
-# ensure_venv EXTRAS: create .venv on first use and reinstall when pyproject.toml changes.
+# ensure_venv: create .venv on first use and reinstall when pyproject.toml changes. One
+# environment serves the demo, the tests and the bench, so switching between them installs
+# nothing.
 ensure_venv() {
-  local extras="$1" stamp want
+  local extras="test,bench" stamp want
   stamp="$VENV/.wiretape-installed"
   want="$(cat "$ROOT/pyproject.toml" | cksum | cut -d' ' -f1)-$extras"
   if [[ -x "$VENV/bin/python" ]] && ! _python_ok "$VENV/bin/python"; then
