@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass
+from functools import lru_cache
 from typing import Any
 from urllib.parse import parse_qsl, urlsplit
 
@@ -77,18 +78,30 @@ class MatchKey:
 
 
 def match_key(request: Request, rules: MatchRules) -> MatchKey:
-    split = urlsplit(request.url)
-    scheme = split.scheme.lower()
-    host = (split.hostname or "").lower()
-    port = split.port or _DEFAULT_PORTS.get(scheme, 0)
+    origin, path, query = _url_parts(request.url)
     return MatchKey(
         method=request.method.upper(),
-        origin=f"{scheme}://{host}:{port}",
-        path=split.path or "/",
-        query=tuple(sorted(_query(split.query))),
+        origin=origin,
+        path=path,
+        query=query,
         headers=tuple(sorted(_headers(request.headers, rules))),
         body=_canonical_body(request.body, rules),
     )
+
+
+@lru_cache(maxsize=4096)
+def _url_parts(url: str) -> tuple[str, str, tuple[tuple[str, str], ...]]:
+    """Origin (with explicit port), path and sorted query: agents call few distinct URLs."""
+    split = urlsplit(url)
+    scheme = split.scheme.lower()
+    host = (split.hostname or "").lower()
+    port = split.port or _DEFAULT_PORTS.get(scheme, 0)
+    return f"{scheme}://{host}:{port}", split.path or "/", tuple(sorted(_query(split.query)))
+
+
+def _untagged(text: str) -> str:
+    """`text` with each placeholder's machine-specific tag dropped (its kind kept)."""
+    return _PLACEHOLDER_TAG.sub(r"\1]", text) if "[REDACTED:" in text else text
 
 
 def parsed_body(key: MatchKey) -> Any:
@@ -104,7 +117,7 @@ def _query(query: str) -> list[tuple[str, str]]:
         # Credentials are redacted differently on every machine: only their presence counts.
         if name.lower() in SECRET_QUERY_PARAMS:
             value = "<secret>"
-        pairs.append((name, _PLACEHOLDER_TAG.sub(r"\1]", value)))
+        pairs.append((name, _untagged(value)))
     return pairs
 
 
@@ -120,9 +133,7 @@ def keeps_header(name: str, rules: MatchRules) -> bool:
 
 def _headers(headers: list[tuple[str, str]], rules: MatchRules) -> list[tuple[str, str]]:
     return [
-        (name.lower(), _PLACEHOLDER_TAG.sub(r"\1]", value))
-        for name, value in headers
-        if keeps_header(name, rules)
+        (name.lower(), _untagged(value)) for name, value in headers if keeps_header(name, rules)
     ]
 
 
@@ -137,7 +148,7 @@ def _canonical_body(body: bytes, rules: MatchRules) -> Any:
             for path in rules.ignore_json_paths:
                 value = drop_json_path(value, parse_json_path(path))
             text = orjson.dumps(value, option=orjson.OPT_SORT_KEYS).decode()
-            return _PLACEHOLDER_TAG.sub(r"\1]", text)
+            return _untagged(text)
     return _PLACEHOLDER_TAG.sub(rb"\1]", body) if b"[REDACTED:" in body else body
 
 
