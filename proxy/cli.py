@@ -273,8 +273,8 @@ def record(
     """
     from pathlib import Path
 
+    from .record_session import record_session
     from .recording import RecordingConfig
-    from .session import record_session
 
     host, port = _parse_listen(listen)
     if reverse is not None:

@@ -5,6 +5,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
+import orjson
+
 from .matching import MatchKey, parsed_body
 
 ABSENT: Any = type("Absent", (), {"__repr__": lambda self: "<absent>"})()
@@ -88,8 +90,6 @@ def preview(value: Any) -> str:
 
 
 def _json(value: Any) -> str:
-    import orjson
-
     return orjson.dumps(value).decode()
 
 
